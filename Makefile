@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv when missing and (re)install the package with its test extras
+# whenever pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit proto bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/deviceplugin simulate
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest -q
+
+# Regenerate the committed gRPC stubs from proto/ (tests fail when they drift).
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+bench: $(STAMP)
+	$(PY) bench/fit.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
