@@ -1,0 +1,31 @@
+"""Annotations a scheduler writes on the Binding once a fit is chosen (Volcano's Allocate output)."""
+
+from __future__ import annotations
+
+from deviceplugin.fit import keys
+from deviceplugin.fit.codec import encode_pod_devices, format_gpu_index
+from deviceplugin.fit.model import FitResult
+
+
+def gpushare_bind_annotations(result: FitResult, now_ns: int) -> dict[str, str]:
+    """`gpu-index` (chosen cards, in choice order) and `predicate-time` (Unix nanoseconds).
+
+    The device plugin serves pending pods in predicate-time order, so the time must come from
+    the moment of the decision. A result without devices (a pod with no gpushare request) has
+    nothing to bind and raises `GpuIndexError`.
+    """
+    indices = [device.index for devices in result.devices for device in devices if device.index is not None]
+    return {keys.GPU_INDEX: format_gpu_index(indices), keys.PREDICATE_TIME: str(now_ns)}
+
+
+def vgpu_bind_annotations(result: FitResult, node_name: str, now_s: int) -> dict[str, str]:
+    """The six annotations of a vGPU bind; the plugin consumes `devices-to-allocate` per container."""
+    devices = encode_pod_devices(result.devices)
+    return {
+        keys.VGPU_NODE: node_name,
+        keys.VGPU_TIME: str(now_s),
+        keys.VGPU_IDS_NEW: devices,
+        keys.DEVICES_TO_ALLOCATE: devices,
+        keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
+        keys.BIND_TIME: str(now_s),
+    }

@@ -1,0 +1,137 @@
+"""gpushare fit (`volcano.sh/gpu-memory`, `volcano.sh/gpu-number`): pod requests, card choice.
+
+A pod's whole memory request goes on one card, the lowest-indexed healthy card with enough idle
+memory; a gpu-number request takes whole idle cards. Volcano scores neither (score 0); the
+default scores by policy so an extender can binpack or spread nodes (docs/fit.md).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Literal
+
+from deviceplugin.fit import keys, objects
+from deviceplugin.fit.errors import QuantityError, RequestError
+from deviceplugin.fit.model import (
+    BINPACK,
+    SPREAD,
+    Assigned,
+    Compat,
+    FitResult,
+    GpuState,
+    check_policy,
+    is_volcano_compat,
+)
+from deviceplugin.fit.quantity import parse_quantity, quantity_ceil
+
+Strategy = Literal["share", "number"]
+
+
+def _container_units(pod: objects.Obj, container: objects.Obj, resource: str, volcano: bool) -> int:
+    raw = objects.limits(container).get(resource)
+    if raw is None:
+        return 0
+    if volcano:
+        return quantity_ceil(raw)
+    where = f"pod {objects.display_name(pod)} container {objects.container_name(container)!r}: {resource}"
+    try:
+        amount = parse_quantity(raw)
+    except QuantityError as err:
+        raise RequestError(f"{where}: {err}") from None
+    if amount < 0 or amount.denominator != 1:
+        raise RequestError(f"{where} must be a non-negative whole number, not {raw!r}")
+    return amount.numerator
+
+
+def _pod_units(pod: objects.Obj, resource: str, compat: Compat) -> int:
+    """max(sum over app containers, largest init container): init containers run one at a time,
+    before the app containers. Only limits are read (extended resources are not overcommitted)."""
+    volcano = is_volcano_compat(compat)
+    app = sum(_container_units(pod, c, resource, volcano) for c in objects.containers(pod))
+    init = max((_container_units(pod, c, resource, volcano) for c in objects.init_containers(pod)), default=0)
+    return max(app, init)
+
+
+def pod_gpu_memory(pod: objects.Obj, compat: Compat = None) -> int:
+    """The pod's `volcano.sh/gpu-memory` request, in memory units."""
+    return _pod_units(pod, keys.GPU_MEMORY, compat)
+
+
+def pod_gpu_number(pod: objects.Obj, compat: Compat = None) -> int:
+    """The pod's `volcano.sh/gpu-number` request, in whole GPUs."""
+    return _pod_units(pod, keys.GPU_NUMBER, compat)
+
+
+def _why_not(card: GpuState, need: int) -> str:
+    if not card.health:
+        return "unhealthy"
+    return f"{card.free_memory} of {card.memory} MiB free, needs {need}"
+
+
+def fit_gpushare(
+    cards: Sequence[GpuState],
+    pod: objects.Obj,
+    *,
+    strategy: Strategy = "share",
+    policy: str | None = None,
+    compat: Compat = None,
+    rng: random.Random | None = None,
+) -> FitResult:
+    """Choose the card(s) for a gpushare pod on one node.
+
+    `share`: the pod's memory on the lowest-indexed healthy card with enough idle memory.
+    `number`: that many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
+    order, which is unspecified (B1); compat="volcano" draws them at random (`rng`) to match.
+    A pod without a request of the strategy's resource fits with no devices.
+    """
+    volcano = is_volcano_compat(compat)
+    policy = check_policy(policy, volcano)
+    ordered = sorted(cards, key=lambda c: c.index)
+    healthy = [c for c in ordered if c.health]
+    pod_name = objects.display_name(pod)
+    if strategy == "share":
+        need = pod_gpu_memory(pod, compat)
+        if need <= 0:
+            return FitResult(ok=True)
+        fitting = [c for c in healthy if c.free_memory >= need]
+        if not fitting:
+            details = "; ".join(f"GPU {c.index}: {_why_not(c, need)}" for c in ordered)
+            return FitResult(
+                ok=False,
+                reason=f"pod {pod_name} needs {need} MiB of GPU memory on one GPU; none has it [{details}]",
+            )
+        card = fitting[0]
+        assigned = Assigned(card.uuid, card.index, card.type, need, 0)
+        return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, policy, volcano))
+    if strategy == "number":
+        need = pod_gpu_number(pod, compat)
+        if need <= 0:
+            return FitResult(ok=True)
+        idle = [c for c in healthy if not c.pods]
+        if len(idle) < need:
+            return FitResult(
+                ok=False,
+                reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
+                f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
+            )
+        taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
+        devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
+        return FitResult(
+            ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, policy, volcano)
+        )
+    raise RequestError(f"gpushare strategy must be 'share' or 'number', not {strategy!r}")
+
+
+def _share_score(card: GpuState, need: int, policy: str, volcano: bool) -> float:
+    if volcano or not policy or card.memory <= 0:
+        return 0.0
+    used = min(card.memory, card.used_memory + need) / card.memory
+    return 100.0 * (used if policy == BINPACK else 1.0 - used)
+
+
+def _number_score(healthy: int, idle_after: int, policy: str, volcano: bool) -> float:
+    if volcano or not policy or healthy == 0:
+        return 0.0
+    idle = idle_after / healthy
+    return 100.0 * (idle if policy == SPREAD else 1.0 - idle)

@@ -1,0 +1,268 @@
+"""Node views for a scheduler: GPUs from what the plugin publishes, usage from the pods on them.
+
+`gpushare_cards` and `vgpu_gpus` build a node's `GpuState`s; `add_*_pod` / `remove_*_pod` keep
+them current as pods come and go (adding a pod twice counts it once; adding it again after its
+annotations changed replaces its entry). These are the only functions here that mutate GpuStates.
+
+Which pods hold GPUs: by default every pod that has not finished, terminating pods included (their
+containers still run, B18). Volcano leaves terminating pods out and keeps finished ones on the
+card (they stop counting memory but the card is no longer idle).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from deviceplugin.fit import keys, objects
+from deviceplugin.fit.codec import (
+    decode_mig_id,
+    decode_mig_id_volcano,
+    decode_node_register,
+    decode_pod_devices,
+    parse_gpu_index,
+    parse_gpu_index_volcano,
+    parse_unhealthy_ids,
+    physical_uuid,
+)
+from deviceplugin.fit.errors import PodFormatError
+from deviceplugin.fit.gpushare import pod_gpu_memory, pod_gpu_number
+from deviceplugin.fit.mig import geometry_for, release_slot, take_slot
+from deviceplugin.fit.model import (
+    DEFAULT_VGPU_CONFIG,
+    Assigned,
+    Compat,
+    GpuState,
+    MigState,
+    PodUsage,
+    VgpuConfig,
+    is_volcano_compat,
+)
+from deviceplugin.fit.quantity import parse_quantity, quantity_ceil
+
+
+def holds_gpus(pod: objects.Obj, compat: Compat = None) -> bool:
+    """Whether a pod bound to the node counts toward GPU usage."""
+    if is_volcano_compat(compat):
+        return not objects.is_terminating(pod)
+    return not objects.is_terminal(pod)
+
+
+def _new_usage(pod: objects.Obj, volcano: bool) -> PodUsage:
+    return PodUsage(
+        uid=objects.uid(pod),
+        name=objects.namespaced_name(pod),
+        group=objects.podgroup_key(pod),
+        labels=dict(objects.labels_of(pod)),
+        terminal=volcano and objects.is_terminal(pod),
+    )
+
+
+def _uid(pod: objects.Obj) -> str:
+    uid = objects.uid(pod)
+    if not uid:
+        raise PodFormatError(f"pod {objects.display_name(pod)} has no metadata.uid")
+    return uid
+
+
+# --- gpushare --------------------------------------------------------------------------------
+
+
+def gpushare_cards(
+    node: objects.Obj, pods: Iterable[objects.Obj] = (), compat: Compat = None
+) -> list[GpuState]:
+    """Cards of a gpushare node: capacity `gpu-memory` split evenly over `gpu-number` cards (the
+    remainder is dropped), `gpu-unhealthy-ids` marked unhealthy, usage from `pods` on the node."""
+    capacity = objects.status_resources(node, "capacity")
+    total, number = capacity.get(keys.GPU_MEMORY), capacity.get(keys.GPU_NUMBER)
+    if total is None or number is None:
+        return []
+    count = quantity_ceil(number)
+    if count <= 0:
+        return []
+    per_card = quantity_ceil(total) // count
+    name = objects.metadata(node).get("name") or "node"
+    unhealthy = parse_unhealthy_ids(objects.annotations_of(node).get(keys.GPU_UNHEALTHY_IDS, ""), compat)
+    cards = [
+        GpuState(index=i, uuid=f"{name}-gpu-{i}", memory=per_card, health=i not in unhealthy)
+        for i in range(count)
+    ]
+    for pod in pods:
+        if holds_gpus(pod, compat):
+            add_gpushare_pod(cards, pod, compat)
+    return cards
+
+
+def add_gpushare_pod(cards: Sequence[GpuState], pod: objects.Obj, compat: Compat = None) -> None:
+    """Put a pod on the cards its `volcano.sh/gpu-index` names (Volcano's AddResource).
+
+    A pod without a gpushare request or without the annotation holds nothing. An unreadable
+    annotation is an error by default; Volcano ignores it. The pod is booked as given: callers
+    decide with `holds_gpus` which pods to add (as `gpushare_cards` does).
+    """
+    volcano = is_volcano_compat(compat)
+    uid = _uid(pod)
+    remove_gpushare_pod(cards, uid)
+    memory = pod_gpu_memory(pod, compat)
+    if memory <= 0 and pod_gpu_number(pod, compat) <= 0:
+        return
+    value = objects.annotations_of(pod).get(keys.GPU_INDEX)
+    if value is None:
+        return
+    indices = parse_gpu_index_volcano(value) if volcano else parse_gpu_index(value)
+    if indices is None:
+        return
+    wanted = set(indices)
+    for card in cards:
+        if card.index in wanted:
+            usage = _new_usage(pod, volcano)
+            usage.memory = memory
+            card.pods[uid] = usage
+            card.used_num += 1
+            if not usage.terminal:
+                card.used_memory += memory
+
+
+def remove_gpushare_pod(cards: Sequence[GpuState], uid: str) -> None:
+    """Take a pod off every card (Volcano's SubResource)."""
+    for card in cards:
+        usage = card.pods.pop(uid, None)
+        if usage is not None:
+            card.used_num -= 1
+            if not usage.terminal:
+                card.used_memory -= usage.memory
+
+
+# --- vGPU ------------------------------------------------------------------------------------
+
+
+def vgpu_gpus(
+    node: objects.Obj,
+    pods: Iterable[objects.Obj] = (),
+    *,
+    config: VgpuConfig = DEFAULT_VGPU_CONFIG,
+    compat: Compat = None,
+) -> list[GpuState]:
+    """GPUs of a vGPU node from `volcano.sh/node-vgpu-register`, with usage from `pods`.
+
+    Like Volcano, a node has vGPUs only when its allocatable `vgpu-number`, `vgpu-cores` and
+    `vgpu-memory` are all non-zero. A `mig` card gets the first configured geometry whose model
+    occurs in its type; without one Volcano falls back to HAMi-core, while the default keeps it
+    `mig` with no geometry, so the fit rejects it with a reason instead of mis-sharing it.
+    """
+    volcano = is_volcano_compat(compat)
+    value = objects.annotations_of(node).get(keys.NODE_VGPU_REGISTER)
+    if value is None:
+        return []
+    allocatable = objects.status_resources(node, "allocatable")
+    for resource in (keys.VGPU_NUMBER, keys.VGPU_CORES, keys.VGPU_MEMORY):
+        amount = allocatable.get(resource)
+        if amount is None or parse_quantity(amount) == 0:
+            return []
+    gpus = decode_node_register(value, compat)
+    for gpu in gpus:
+        if gpu.mode != keys.MODE_MIG:
+            continue
+        geometry = geometry_for(gpu.type, config.mig_geometries)
+        if geometry is not None:
+            gpu.mig = MigState(groups=geometry.groups)
+        elif volcano:
+            gpu.mode = keys.MODE_HAMI_CORE
+    for pod in pods:
+        if holds_gpus(pod, compat):
+            add_vgpu_pod(gpus, pod, compat, config=config)
+    return gpus
+
+
+def add_vgpu_pod(
+    gpus: Sequence[GpuState],
+    pod: objects.Obj,
+    compat: Compat = None,
+    *,
+    config: VgpuConfig = DEFAULT_VGPU_CONFIG,
+) -> None:
+    """Book a pod's devices from `volcano.sh/vgpu-ids-new` on the GPUs (Volcano's AddResource).
+
+    Default: devices match cards by exact UUID (a MIG device by the UUID before `[`), and every
+    device entry is booked, so two containers on one card count twice (B17, B19). Volcano matches
+    the first card whose UUID is a substring of the device's and books a pod once per card.
+    Like `add_gpushare_pod`, it books the pod as given; `holds_gpus` says which pods to add.
+    """
+    value = objects.annotations_of(pod).get(keys.VGPU_IDS_NEW)
+    if value is None:
+        return
+    uid = _uid(pod)
+    if is_volcano_compat(compat):
+        _add_vgpu_volcano(gpus, pod, uid, decode_pod_devices(value, compat=compat), config)
+        return
+    containers = decode_pod_devices(value)
+    remove_vgpu_pod(gpus, uid)
+    by_uuid = {gpu.uuid: gpu for gpu in gpus}
+    entries: defaultdict[str, list[Assigned]] = defaultdict(list)
+    for devices in containers:
+        for device in devices:
+            if physical_uuid(device.uuid) in by_uuid:
+                entries[physical_uuid(device.uuid)].append(device)
+    factor = max(config.memory_factor, 1)
+    for card_uuid, devices in entries.items():
+        card = by_uuid[card_uuid]
+        usage = _new_usage(pod, volcano=False)
+        usage.slots = len(devices)
+        mig_slots = []
+        for device in devices:
+            booked = device.memory
+            if card.mig is not None and "[" in device.uuid:
+                _, group, position = decode_mig_id(device.uuid)
+                slot_memory = take_slot(card.mig, group, position)
+                if slot_memory is not None:
+                    booked = slot_memory // factor
+                    mig_slots.append((group, position))
+            usage.memory += booked
+            usage.cores += device.cores
+        usage.mig_slots = tuple(mig_slots)
+        card.pods[uid] = usage
+        card.used_num += usage.slots
+        card.used_memory += usage.memory
+        card.used_cores += usage.cores
+
+
+def _add_vgpu_volcano(
+    gpus: Sequence[GpuState], pod: objects.Obj, uid: str, containers: list[list[Assigned]], config: VgpuConfig
+) -> None:
+    mig_node = bool(gpus) and gpus[-1].mode == keys.MODE_MIG
+    factor = config.memory_factor if config.memory_factor > 1 else 1
+    for devices in containers:
+        for device in devices:
+            card = next((g for g in gpus if g.uuid in device.uuid), None)
+            if card is None or uid in card.pods:
+                continue
+            booked = device.memory
+            mig_slots: tuple[tuple[str, int], ...] = ()
+            if mig_node:
+                parsed = decode_mig_id_volcano(device.uuid)
+                if parsed is None:
+                    continue
+                slot_memory = take_slot(card.mig, *parsed) if card.mig is not None else None
+                booked = (slot_memory or 0) // factor
+                mig_slots = (parsed,)
+            usage = _new_usage(pod, volcano=True)
+            usage.memory, usage.cores, usage.mig_slots = booked, device.cores, mig_slots
+            card.pods[uid] = usage
+            card.used_num += 1
+            card.used_memory += booked
+            card.used_cores += device.cores
+
+
+def remove_vgpu_pod(gpus: Sequence[GpuState], uid: str, compat: Compat = None) -> None:
+    """Release what a pod holds on every card (Volcano's SubResource)."""
+    reset_group = not is_volcano_compat(compat)
+    for gpu in gpus:
+        usage = gpu.pods.pop(uid, None)
+        if usage is None:
+            continue
+        gpu.used_num -= usage.slots
+        gpu.used_memory -= usage.memory
+        gpu.used_cores -= usage.cores
+        if gpu.mig is not None:
+            for group, position in usage.mig_slots:
+                release_slot(gpu.mig, group, position, reset_group)

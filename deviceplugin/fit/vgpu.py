@@ -1,0 +1,450 @@
+"""vGPU fit (Volcano `hamivgpu`): request parsing, per-card rules, card order and scores.
+
+`fit_vgpu` never mutates its inputs: tentative usage lives in local counters, so a failed fit
+needs no rollback and a successful one is Volcano's FilterNode decision. See docs/fit.md for every
+place where the default rules differ from Volcano's (compat="volcano").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from deviceplugin.fit import keys, objects
+from deviceplugin.fit.codec import encode_mig_id
+from deviceplugin.fit.errors import QuantityError, RequestError
+from deviceplugin.fit.filters import TypeFilter, UuidFilter
+from deviceplugin.fit.mig import GroupSlot, pick_slot, pick_slot_volcano
+from deviceplugin.fit.model import (
+    BINPACK,
+    DEFAULT_VGPU_CONFIG,
+    SPREAD,
+    Assigned,
+    Compat,
+    ContainerRequest,
+    FitResult,
+    GpuState,
+    VgpuConfig,
+    check_policy,
+    is_volcano_compat,
+)
+from deviceplugin.fit.quantity import quantity_as_int64
+
+_PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
+
+
+# --- request parsing -------------------------------------------------------------------------
+
+
+def _int32(value: int) -> int:
+    """Go's int32(x) conversion: wrap to 32 bits."""
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def _volcano_value(resources: objects.Obj, fallback: objects.Obj, name: str) -> int | None:
+    """Volcano: limits, else requests; AsInt64 (non-integral -> 0) wrapped to int32; None if absent."""
+    if not name:
+        return None
+    if name in resources:
+        raw = resources[name]
+    elif name in fallback:
+        raw = fallback[name]
+    else:
+        return None
+    return _int32(quantity_as_int64(raw) or 0)
+
+
+def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerRequest | None:
+    limits, requests = objects.limits(container), objects.requests(container)
+    if config.count_resource in limits:
+        nums = _int32(quantity_as_int64(limits[config.count_resource]) or 0)
+    elif config.memory_resource in limits:
+        nums = 1
+    else:
+        return None
+    memory = _volcano_value(limits, requests, config.memory_resource) or 0
+    percentage = _volcano_value(limits, requests, config.percentage_name(volcano=True))
+    if percentage is None:
+        percentage = _PERCENT_UNSET
+    if percentage == _PERCENT_UNSET and memory == 0:
+        percentage = 100
+    cores = _volcano_value(limits, requests, config.cores_resource) or 0
+    return ContainerRequest(
+        name=objects.container_name(container),
+        nums=nums,
+        memory=memory,
+        memory_percentage=None if percentage == _PERCENT_UNSET else percentage,
+        cores=cores,
+    )
+
+
+def _strict_value(container: objects.Obj, name: str, where: str) -> int | None:
+    """A non-negative integer from limits, else requests; None if absent; RequestError if bad."""
+    limits, requests = objects.limits(container), objects.requests(container)
+    if not name or (name not in limits and name not in requests):
+        return None
+    raw = limits[name] if name in limits else requests[name]
+    try:
+        value = quantity_as_int64(raw)
+    except QuantityError as err:
+        raise RequestError(f"{where}: {name}: {err}") from None
+    if value is None or value < 0:
+        raise RequestError(f"{where}: {name} must be a non-negative whole number, not {raw!r}")
+    return value
+
+
+def _parse_strict(container: objects.Obj, config: VgpuConfig, where: str) -> ContainerRequest | None:
+    percentage_name = config.percentage_name(volcano=False)
+    count = _strict_value(container, config.count_resource, where)
+    memory = _strict_value(container, config.memory_resource, where)
+    percentage = _strict_value(container, percentage_name, where)
+    cores = _strict_value(container, config.cores_resource, where)
+    if count == 0:
+        if memory or percentage or cores:
+            raise RequestError(f"{where}: {config.count_resource} is 0 but GPU memory or cores are requested")
+        return None
+    if count is None:
+        if memory is None and percentage is None:
+            if cores is not None:
+                raise RequestError(
+                    f"{where}: {config.cores_resource} needs "
+                    f"{config.count_resource} or {config.memory_resource}"
+                )
+            return None
+        count = 1
+    if percentage is not None:
+        if memory:
+            raise RequestError(f"{where}: give {config.memory_resource} or {percentage_name}, not both")
+        if not 1 <= percentage <= 100:
+            raise RequestError(f"{where}: {percentage_name} must be 1..100, not {percentage}")
+    elif not memory:
+        percentage = 100  # no memory asked: the whole card
+    if cores and cores > 100:
+        raise RequestError(f"{where}: {config.cores_resource} is {cores}; a GPU has 100")
+    return ContainerRequest(
+        name=objects.container_name(container),
+        nums=count,
+        memory=memory or 0,
+        memory_percentage=percentage,
+        cores=cores or 0,
+    )
+
+
+def _requested_names(config: VgpuConfig, volcano: bool) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name in (
+            config.count_resource,
+            config.memory_resource,
+            config.percentage_name(volcano),
+            config.cores_resource,
+        )
+        if name
+    )
+
+
+def parse_vgpu_requests(
+    pod: objects.Obj, config: VgpuConfig = DEFAULT_VGPU_CONFIG, compat: Compat = None
+) -> list[ContainerRequest]:
+    """The vGPU request of each app container that has one, in container order.
+
+    Raises `RequestError` (default mode) for a request that cannot be served as written: a
+    non-integral or negative quantity, cores over 100, a percentage outside 1..100 or given with
+    an explicit memory, cores without a count or memory, or a vGPU request on an init container.
+    """
+    volcano = is_volcano_compat(compat)
+    if volcano:
+        parsed = (_parse_volcano(c, config) for c in objects.containers(pod))
+        return [request for request in parsed if request is not None]
+    pod_name = objects.display_name(pod)
+    names = _requested_names(config, volcano)
+    for container in objects.init_containers(pod):
+        asked = objects.limits(container).keys() | objects.requests(container).keys()
+        if any(name in asked for name in names):
+            raise RequestError(
+                f"pod {pod_name} init container {objects.container_name(container)!r}: "
+                "vGPU resources are served to app containers only"
+            )
+    result = []
+    for container in objects.containers(pod):
+        where = f"pod {pod_name} container {objects.container_name(container)!r}"
+        request = _parse_strict(container, config, where)
+        if request is not None:
+            result.append(request)
+    return result
+
+
+def has_vgpu_request(
+    pod: objects.Obj, config: VgpuConfig = DEFAULT_VGPU_CONFIG, compat: Compat = None
+) -> bool:
+    """Volcano's `HasDeviceRequest`: a container limits the vGPU count or memory resource.
+
+    The default also counts a memory percentage (B5), which Volcano's default config ignores.
+    """
+    volcano = is_volcano_compat(compat)
+    names = [config.count_resource, config.memory_resource]
+    if not volcano:
+        names.append(config.percentage_name(volcano))
+    return any(name in objects.limits(c) for c in objects.containers(pod) for name in names)
+
+
+# --- scores ----------------------------------------------------------------------------------
+
+
+def _card_score(policy: str, used_num: int, used_memory: int, memory: int, volcano: bool) -> float:
+    if policy == BINPACK:
+        if memory == 0:
+            # Go float division: x/0 is +Inf, 0/0 is NaN. The default scores an empty card 0.
+            return (math.nan if used_memory == 0 else math.inf) if volcano else 0.0
+        return 100.0 * (used_memory / memory)
+    if policy == SPREAD:
+        # A card that was idle before this pod earns the bonus. Volcano tests `UsedNum == 0`
+        # after adding the pod, which never holds, so its spread score is always 0 (B3).
+        return 100.0 if used_num == (0 if volcano else 1) else 0.0
+    return 0.0
+
+
+def gpu_score(gpu: GpuState, policy: str | None, compat: Compat = None) -> float:
+    """Score of one card holding the pod (call with the card's usage *after* adding the pod).
+
+    binpack: 100 x used/total memory; spread: 100 for a card that was idle; unset: 0.
+    """
+    volcano = is_volcano_compat(compat)
+    return _card_score(check_policy(policy, volcano), gpu.used_num, gpu.used_memory, gpu.memory, volcano)
+
+
+def node_score(score: float, weight: int) -> float:
+    """Volcano's node order contribution: round-half-up of the summed card scores times weight
+    (0 when weight <= 0)."""
+    if weight <= 0:
+        return 0.0
+    if not math.isfinite(score):
+        return float(-(2**63)) * weight  # Go's int(NaN or Inf) on amd64
+    return float(math.floor(score + 0.5) * weight)
+
+
+# --- fit -------------------------------------------------------------------------------------
+
+
+def _card_order(
+    policy: str, cards: Sequence[GpuState], used_num: list[int], used_mem: list[int]
+) -> list[int]:
+    """Visiting order for one container, from the counters as they stand before it."""
+    positions = range(len(cards))
+    if policy == BINPACK:
+        return sorted(positions, key=lambda p: (-used_mem[p], cards[p].index))
+    if policy == SPREAD:
+        return sorted(positions, key=lambda p: (used_num[p], cards[p].index))
+    return sorted(positions, key=lambda p: -cards[p].index)
+
+
+def _same_group(card: GpuState, group: str) -> bool:
+    return any(u.group == group and (u.memory > 0 or u.cores > 0) for u in card.pods.values())
+
+
+def _matched_rules(labels: Mapping[str, str], rules: Sequence[Mapping[str, str]]) -> frozenset[int]:
+    return frozenset(n for n, rule in enumerate(rules) if all(labels.get(k) == v for k, v in rule.items()))
+
+
+def _excluded(card: GpuState, rules: Sequence[Mapping[str, str]], mine: frozenset[int]) -> bool:
+    return any(_matched_rules(u.labels, rules) & mine for u in card.pods.values())
+
+
+def _describe(request: ContainerRequest) -> str:
+    if request.memory_percentage is not None:
+        memory = f"{request.memory_percentage}% memory"
+    else:
+        memory = f"{request.memory} MiB"
+    return f"{request.nums} GPU(s) of {memory} and {request.cores} cores"
+
+
+def _failure(
+    pod: objects.Obj,
+    request: ContainerRequest,
+    headline: str,
+    cards: Sequence[GpuState],
+    rejected: Sequence[tuple[int, str]],
+) -> FitResult:
+    details = "; ".join(f"GPU {cards[p].index} ({cards[p].uuid}): {why}" for p, why in rejected)
+    where = f"pod {objects.display_name(pod)} container {request.name!r} ({_describe(request)})"
+    return FitResult(ok=False, reason=f"{where}: {headline}" + (f" [{details}]" if details else ""))
+
+
+class _MigTentative:
+    """Per-fit copy of MIG slot usage, so one pod's containers never share a slot (B9)."""
+
+    __slots__ = ("active", "used")
+
+    def __init__(self, card: GpuState) -> None:
+        assert card.mig is not None
+        self.active = card.mig.active
+        self.used = {name: list(slots) for name, slots in card.mig.used.items()}
+
+    def book(self, slot: GroupSlot, card: GpuState) -> None:
+        assert card.mig is not None
+        group = card.mig.groups[slot.group]
+        located = group.locate(slot.position)
+        assert located is not None
+        self.active = slot.group
+        self.used.setdefault(group.instances[located[0]].name, []).append(located[1])
+
+
+def fit_vgpu(
+    gpus: Sequence[GpuState],
+    requests: Sequence[ContainerRequest],
+    pod: objects.Obj,
+    policy: str | None = None,
+    compat: Compat = None,
+    *,
+    config: VgpuConfig = DEFAULT_VGPU_CONFIG,
+    exclusive_rules: Sequence[Mapping[str, str]] = (),
+) -> FitResult:
+    """Place each container request on the node's cards; later containers see earlier ones.
+
+    Cards are tried in policy order (binpack: most used memory first; spread: fewest tenants
+    first; unset: highest index first) and skipped, in this order, when: unhealthy or of another
+    sharing mode (default only), excluded by the UUID filter, out of share slots (or blocked by an
+    exclusivity rule), holding a pod of the same pod group (podgroup spread), short of memory,
+    short of cores, shared while the request wants all 100 cores, saturated at 100 cores for a
+    zero-core request, of the wrong type, or (MIG) without a free slot big enough.
+    `exclusive_rules` are Volcano's `GPUExclusiveRules` (label maps).
+    """
+    volcano = is_volcano_compat(compat)
+    policy = check_policy(policy, volcano)
+    if not requests:
+        return FitResult(ok=True)
+    notes = objects.annotations_of(pod)
+    cards = sorted(gpus, key=lambda g: g.index)
+    wanted_mode = notes.get(keys.VGPU_MODE)
+    if volcano:
+        node_mode = cards[-1].mode if cards else keys.MODE_HAMI_CORE  # the last card decides (B14)
+        if wanted_mode is not None and wanted_mode != node_mode:
+            return FitResult(
+                ok=False,
+                reason=f"pod {objects.display_name(pod)} asks for sharing mode "
+                f"{wanted_mode!r}; the node runs {node_mode!r}",
+            )
+        mig_cards = [node_mode == keys.MODE_MIG] * len(cards)
+    else:
+        if wanted_mode is not None and wanted_mode not in keys.SHARING_MODES:
+            return FitResult(
+                ok=False,
+                reason=f"pod {objects.display_name(pod)}: {keys.VGPU_MODE} "
+                f"{wanted_mode!r} is not one of {', '.join(keys.SHARING_MODES)}",
+            )
+        mig_cards = [card.mode == keys.MODE_MIG for card in cards]
+
+    uuid_filter = UuidFilter.of(notes)
+    type_filter = TypeFilter.of(notes, volcano)
+    spread_group = notes.get(keys.VGPU_PODGROUP_POLICY) == keys.PODGROUP_POLICY_SPREAD
+    group = objects.podgroup_key(pod) if spread_group else ""
+    mine = _matched_rules(objects.labels_of(pod), exclusive_rules) if exclusive_rules else frozenset()
+    blocked = [
+        bool(mine) and not mig and _excluded(card, exclusive_rules, mine)
+        for card, mig in zip(cards, mig_cards, strict=True)
+    ]
+    factor = config.memory_factor if config.memory_factor > 1 else 1
+
+    used_num = [card.used_num for card in cards]
+    used_mem = [card.used_memory for card in cards]
+    used_core = [card.used_cores for card in cards]
+    tentative_mig: dict[int, _MigTentative] = {}
+    placed: list[tuple[Assigned, ...]] = []
+    score = 0.0
+
+    for request in requests:
+        if request.nums > len(cards):
+            return _failure(pod, request, f"needs {request.nums} GPUs; the node has {len(cards)}", cards, ())
+        remaining = request.nums
+        chosen: list[Assigned] = []
+        rejected: list[tuple[int, str]] = []
+        uuid_matched = False
+        percentage = request.memory_percentage
+        for pos in _card_order(policy, cards, used_num, used_mem):
+            card = cards[pos]
+            if not volcano:
+                if not card.health:
+                    rejected.append((pos, "unhealthy"))
+                    continue
+                if wanted_mode is not None and card.mode != wanted_mode:
+                    rejected.append((pos, f"runs {card.mode}, pod asks for {wanted_mode}"))
+                    continue
+            if uuid_filter.active and not uuid_filter.allows(card.uuid):
+                rejected.append((pos, "excluded by the pod's GPU UUID annotations"))
+                continue
+            uuid_matched = True
+            if blocked[pos]:
+                rejected.append((pos, "holds a pod of the same GPU exclusivity rule"))
+                continue
+            if card.split_count <= used_num[pos]:
+                rejected.append((pos, f"all {card.split_count} shares taken"))
+                continue
+            if group and _same_group(card, group):
+                rejected.append((pos, f"holds a pod of the same pod group {group}"))
+                continue
+            if percentage is None:
+                need = request.memory
+            elif volcano:
+                need = int(float(card.memory) * float(percentage) / 100.0)
+            else:
+                need = card.memory * percentage // 100
+            if card.memory - used_mem[pos] < need:
+                rejected.append(
+                    (pos, f"{max(0, card.memory - used_mem[pos])} of {card.memory} MiB free, needs {need}")
+                )
+                continue
+            capacity = 100 if volcano else card.cores
+            if used_core[pos] + request.cores > capacity:
+                rejected.append((pos, f"{used_core[pos]} of {capacity} cores used, needs {request.cores}"))
+                continue
+            if request.cores == capacity and used_num[pos] > 0:
+                rejected.append((pos, "shared, but the request wants the whole GPU's cores"))
+                continue
+            if used_core[pos] == capacity and request.cores == 0:
+                rejected.append((pos, "all cores taken; a zero-core request cannot share it"))
+                continue
+            if request.type not in card.type or not type_filter.allows(card.type):
+                rejected.append((pos, f"type {card.type!r} not allowed for this pod"))
+                continue
+            device_id, booked = card.uuid, need
+            if mig_cards[pos]:
+                if card.mig is None:
+                    rejected.append((pos, f"MIG card with no configured geometry for type {card.type!r}"))
+                    continue
+                slot = _mig_slot(card, pos, need * factor, volcano, tentative_mig)
+                if slot is None:
+                    rejected.append((pos, f"no free MIG slot of {need} MiB or more"))
+                    continue
+                device_id = encode_mig_id(card.uuid, slot.name, slot.position)
+                booked = slot.memory // factor
+                if not volcano:
+                    tentative_mig[pos].book(slot, card)
+            used_num[pos] += 1
+            used_mem[pos] += booked
+            used_core[pos] += request.cores
+            if remaining > 0:
+                remaining -= 1
+                chosen.append(Assigned(device_id, card.index, request.type, need, request.cores))
+                score += _card_score(policy, used_num[pos], used_mem[pos], card.memory, volcano)
+            if remaining == 0:
+                break
+        if remaining > 0:
+            if uuid_filter.active and not uuid_matched:
+                headline = "no GPU matches the pod's GPU UUID annotations"
+            else:
+                headline = f"only {request.nums - remaining} of {request.nums} GPU(s) fit"
+            return _failure(pod, request, headline, cards, rejected)
+        placed.append(tuple(chosen))
+    return FitResult(ok=True, devices=tuple(placed), score=score)
+
+
+def _mig_slot(
+    card: GpuState, pos: int, request: int, volcano: bool, tentative: dict[int, _MigTentative]
+) -> GroupSlot | None:
+    assert card.mig is not None
+    if volcano:
+        return pick_slot_volcano(card.mig, request)
+    state = tentative.get(pos)
+    if state is None:
+        state = tentative[pos] = _MigTentative(card)
+    return pick_slot(card.mig, state.used, state.active, request)
