@@ -115,6 +115,8 @@ def main() -> int:
     requests = parse_vgpu_requests(pod)
     two = _pod("two", {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "8192"})
     two_requests = parse_vgpu_requests(two)
+    huge = _pod("huge", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": str(GPU_MEMORY)})
+    huge_requests = parse_vgpu_requests(huge)
     share_node, share_pods = gpushare_node(rng)
     cards = gpushare_cards(share_node, share_pods)
     share_pod = _pod("share", {"volcano.sh/gpu-memory": "4096"})
@@ -125,6 +127,7 @@ def main() -> int:
         ("fit_vgpu 1 GPU, unset", lambda: fit_vgpu(gpus, requests, pod)),
         ("fit_vgpu 1 GPU, compat=volcano", lambda: fit_vgpu(gpus, requests, pod, "binpack", "volcano")),
         ("fit_vgpu 2 GPUs, binpack", lambda: fit_vgpu(gpus, two_requests, two, "binpack")),
+        ("fit_vgpu no fit (reason per card)", lambda: fit_vgpu(gpus, huge_requests, huge, "binpack")),
         ("fit_gpushare memory", lambda: fit_gpushare(cards, share_pod)),
         ("parse_vgpu_requests (once per pod)", lambda: parse_vgpu_requests(pod)),
     ]

@@ -7,7 +7,13 @@ Volcano's known bugs (docs/fit.md lists each difference), `"volcano"` reproduces
 Malformed input raises a `FitInputError` (a ValueError) that says what is wrong and where.
 """
 
-from deviceplugin.fit.bind import gpushare_bind_annotations, vgpu_bind_annotations
+from deviceplugin.fit.bind import (
+    GPUSHARE_BIND_KEYS,
+    VGPU_BIND_KEYS,
+    gpushare_bind_annotations,
+    vgpu_bind_annotations,
+    vgpu_release_keys,
+)
 from deviceplugin.fit.codec import (
     decode_mig_id,
     decode_node_register,
@@ -59,6 +65,8 @@ from deviceplugin.fit.usage import (
 from deviceplugin.fit.vgpu import fit_vgpu, gpu_score, has_vgpu_request, node_score, parse_vgpu_requests
 
 __all__ = [
+    "GPUSHARE_BIND_KEYS",
+    "VGPU_BIND_KEYS",
     "AnnotationError",
     "Assigned",
     "Compat",
@@ -109,4 +117,5 @@ __all__ = [
     "uuid_allowed",
     "vgpu_bind_annotations",
     "vgpu_gpus",
+    "vgpu_release_keys",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from deviceplugin.fit import keys
 from deviceplugin.fit.codec import encode_pod_devices, format_gpu_index
 from deviceplugin.fit.model import FitResult
@@ -29,3 +31,25 @@ def vgpu_bind_annotations(result: FitResult, node_name: str, now_s: int) -> dict
         keys.BIND_PHASE: keys.BIND_PHASE_ALLOCATING,
         keys.BIND_TIME: str(now_s),
     }
+
+
+GPUSHARE_BIND_KEYS = (keys.PREDICATE_TIME, keys.GPU_INDEX)
+VGPU_BIND_KEYS = (
+    keys.VGPU_NODE,
+    keys.VGPU_TIME,
+    keys.VGPU_IDS_NEW,
+    keys.DEVICES_TO_ALLOCATE,
+    keys.BIND_PHASE,
+    keys.BIND_TIME,
+)
+
+
+def vgpu_release_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """Annotations to drop when a vGPU binding is undone (Volcano's Release).
+
+    Once the plugin has reported `bind-phase: success` the annotations are the plugin's record of
+    a running pod and stay; before that, all six bind annotations go.
+    """
+    if annotations.get(keys.BIND_PHASE) == keys.BIND_PHASE_SUCCESS:
+        return ()
+    return VGPU_BIND_KEYS

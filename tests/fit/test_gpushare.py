@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from deviceplugin.fit import (
+    GPUSHARE_BIND_KEYS,
     Assigned,
     Compat,
     ConfigError,
@@ -771,6 +772,7 @@ def test_gpushare_bind_annotations(
     devices = tuple(Assigned(f"node-a-gpu-{i}", i, "NVIDIA", 1000, 0) for i in indices)
     result = FitResult(ok=True, devices=(devices,))
     assert gpushare_bind_annotations(result, now_ns) == {INDEX: gpu_index, PREDICATE_TIME: predicate_time}
+    assert set(GPUSHARE_BIND_KEYS) == {INDEX, PREDICATE_TIME}  # what a Release drops
 
 
 def test_bind_annotations_follow_the_volcano_draw_order() -> None:

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from deviceplugin.fit import (
+    VGPU_BIND_KEYS,
     Compat,
+    FitResult,
     GpuState,
     PodDevicesError,
     PodFormatError,
@@ -21,6 +23,7 @@ from deviceplugin.fit import (
     remove_vgpu_pod,
     vgpu_bind_annotations,
     vgpu_gpus,
+    vgpu_release_keys,
 )
 from tests.fit.builders import container, gpus, pod, vgpu_node
 
@@ -207,3 +210,18 @@ def test_bind_annotations_round_trip(compat: Compat) -> None:
     # B19: two containers on GPU-0 book twice by default, once in Volcano.
     expected = [(2, 1500), (1, 1000)] if compat is None else [(1, 1000), (1, 1000)]
     assert [(c.used_num, c.used_memory) for c in cards] == expected
+
+
+@pytest.mark.parametrize(
+    ("phase", "dropped"),
+    [
+        ("allocating", VGPU_BIND_KEYS),
+        ("failed", VGPU_BIND_KEYS),
+        (None, VGPU_BIND_KEYS),
+        ("success", ()),  # the plugin owns them once the pod runs
+    ],
+)
+def test_release_keys(phase: str | None, dropped: tuple[str, ...]) -> None:
+    notes = {} if phase is None else {"volcano.sh/bind-phase": phase}
+    assert vgpu_release_keys(notes) == dropped
+    assert set(VGPU_BIND_KEYS) == set(vgpu_bind_annotations(FitResult(ok=True), "n", 0))
