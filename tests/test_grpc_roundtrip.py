@@ -30,6 +30,7 @@ from deviceplugin.api import (
     podresources_grpc,
     podresources_pb2,
 )
+from tests.test_proto import EXPECTED_METHODS
 
 RPC_TIMEOUT_S = 10.0
 
@@ -512,17 +513,7 @@ def test_every_rpc_uses_the_kubelet_method_names(served: Served, channel: grpc.C
     lister.List(pr.ListPodResourcesRequest(), timeout=RPC_TIMEOUT_S)
     lister.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=RPC_TIMEOUT_S)
     lister.Get(pr.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="ml"), timeout=RPC_TIMEOUT_S)
-    assert served.recorder.methods == [
-        "/v1beta1.Registration/Register",
-        "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-        "/v1beta1.DevicePlugin/ListAndWatch",
-        "/v1beta1.DevicePlugin/GetPreferredAllocation",
-        "/v1beta1.DevicePlugin/Allocate",
-        "/v1beta1.DevicePlugin/PreStartContainer",
-        "/v1.PodResourcesLister/List",
-        "/v1.PodResourcesLister/GetAllocatableResources",
-        "/v1.PodResourcesLister/Get",
-    ]
+    assert served.recorder.methods == EXPECTED_METHODS
 
 
 # --------------------------------------------------------------------------- message size limits

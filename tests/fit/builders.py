@@ -9,6 +9,12 @@ from deviceplugin.fit import GpuState, encode_node_register
 
 Obj = dict[str, Any]
 
+# vGPU resource names, short for request tables.
+NUM = "volcano.sh/vgpu-number"
+MEM = "volcano.sh/vgpu-memory"
+PCT = "volcano.sh/vgpu-memory-percentage"
+CORES = "volcano.sh/vgpu-cores"
+
 
 def container(
     name: str = "main", limits: Mapping[str, Any] | None = None, requests: Mapping[str, Any] | None = None

@@ -23,9 +23,8 @@ from deviceplugin.fit import (
     remove_vgpu_pod,
     vgpu_gpus,
 )
-from tests.fit.builders import container, pod, vgpu_node
+from tests.fit.builders import MEM, NUM, container, pod, vgpu_node
 
-NUM, MEM = "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"
 BOTH: list[Compat] = [None, "volcano"]
 A100 = "NVIDIA-A100-SXM4-80GB"
 GEOMETRY = MigGeometry(

@@ -22,14 +22,8 @@ from deviceplugin.fit import (
     node_score,
     parse_vgpu_requests,
 )
-from tests.fit.builders import container, gpus, pod
+from tests.fit.builders import CORES, MEM, NUM, PCT, container, gpus, pod
 
-NUM, MEM, PCT, CORES = (
-    "volcano.sh/vgpu-number",
-    "volcano.sh/vgpu-memory",
-    "volcano.sh/vgpu-memory-percentage",
-    "volcano.sh/vgpu-cores",
-)
 BOTH: list[Compat] = [None, "volcano"]
 WITH_PERCENT = VgpuConfig(percentage_resource=PCT)
 DEFAULT_CONFIG = VgpuConfig()

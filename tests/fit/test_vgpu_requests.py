@@ -14,14 +14,8 @@ from deviceplugin.fit import (
     has_vgpu_request,
     parse_vgpu_requests,
 )
-from tests.fit.builders import container, pod
+from tests.fit.builders import CORES, MEM, NUM, PCT, container, pod
 
-NUM, MEM, PCT, CORES = (
-    "volcano.sh/vgpu-number",
-    "volcano.sh/vgpu-memory",
-    "volcano.sh/vgpu-memory-percentage",
-    "volcano.sh/vgpu-cores",
-)
 WITH_PERCENT = VgpuConfig(percentage_resource=PCT)
 
 
