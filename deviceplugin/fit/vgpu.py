@@ -41,34 +41,35 @@ def _int32(value: int) -> int:
     return (value + 2**31) % 2**32 - 2**31
 
 
-def _volcano_value(resources: objects.Obj, fallback: objects.Obj, name: str) -> int | None:
-    """Volcano: limits, else requests; AsInt64 (non-integral -> 0) wrapped to int32; None if absent."""
+def _limit_or_request(container: objects.Obj, name: str) -> object | None:
+    """The quantity for `name` from the container's limits, else its requests; None if neither."""
     if not name:
         return None
-    if name in resources:
-        raw = resources[name]
-    elif name in fallback:
-        raw = fallback[name]
-    else:
-        return None
-    return _int32(quantity_as_int64(raw) or 0)
+    limits = objects.limits(container)
+    return limits[name] if name in limits else objects.requests(container).get(name)
+
+
+def _volcano_value(container: objects.Obj, name: str) -> int | None:
+    """Volcano's reading: AsInt64 (non-integral -> 0) wrapped to int32; None if absent."""
+    raw = _limit_or_request(container, name)
+    return None if raw is None else _int32(quantity_as_int64(raw) or 0)
 
 
 def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerRequest | None:
-    limits, requests = objects.limits(container), objects.requests(container)
+    limits = objects.limits(container)
     if config.count_resource in limits:
         nums = _int32(quantity_as_int64(limits[config.count_resource]) or 0)
     elif config.memory_resource in limits:
         nums = 1
     else:
         return None
-    memory = _volcano_value(limits, requests, config.memory_resource) or 0
-    percentage = _volcano_value(limits, requests, config.percentage_name(volcano=True))
+    memory = _volcano_value(container, config.memory_resource) or 0
+    percentage = _volcano_value(container, config.percentage_name(volcano=True))
     if percentage is None:
         percentage = _PERCENT_UNSET
     if percentage == _PERCENT_UNSET and memory == 0:
         percentage = 100
-    cores = _volcano_value(limits, requests, config.cores_resource) or 0
+    cores = _volcano_value(container, config.cores_resource) or 0
     return ContainerRequest(
         name=objects.container_name(container),
         nums=nums,
@@ -80,10 +81,9 @@ def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerReque
 
 def _strict_value(container: objects.Obj, name: str, where: str) -> int | None:
     """A non-negative integer from limits, else requests; None if absent; RequestError if bad."""
-    limits, requests = objects.limits(container), objects.requests(container)
-    if not name or (name not in limits and name not in requests):
+    raw = _limit_or_request(container, name)
+    if raw is None:
         return None
-    raw = limits[name] if name in limits else requests[name]
     try:
         value = quantity_as_int64(raw)
     except QuantityError as err:
@@ -130,17 +130,14 @@ def _parse_strict(container: objects.Obj, config: VgpuConfig, where: str) -> Con
     )
 
 
-def _requested_names(config: VgpuConfig, volcano: bool) -> tuple[str, ...]:
-    return tuple(
-        name
-        for name in (
-            config.count_resource,
-            config.memory_resource,
-            config.percentage_name(volcano),
-            config.cores_resource,
-        )
-        if name
+def _vgpu_names(config: VgpuConfig) -> tuple[str, ...]:
+    names = (
+        config.count_resource,
+        config.memory_resource,
+        config.percentage_name(False),
+        config.cores_resource,
     )
+    return tuple(name for name in names if name)
 
 
 def parse_vgpu_requests(
@@ -157,7 +154,7 @@ def parse_vgpu_requests(
         parsed = (_parse_volcano(c, config) for c in objects.containers(pod))
         return [request for request in parsed if request is not None]
     pod_name = objects.display_name(pod)
-    names = _requested_names(config, volcano)
+    names = _vgpu_names(config)
     for container in objects.init_containers(pod):
         asked = objects.limits(container).keys() | objects.requests(container).keys()
         if any(name in asked for name in names):
