@@ -1,0 +1,375 @@
+"""Fake GPUs (`--fake-gpus`) behind the `GpuBackend` interface, with injectable faults.
+
+A spec is either `COUNTxMIB` (`2x10989`: two identical made-up GPUs) or the path of a JSON file
+listing GPUs one by one:
+
+    [{"uuid": "GPU-...", "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "numa": 0},
+     {"uuid": "GPU-...", "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "fail": "Unknown Error"}]
+
+Required keys: `uuid`, `model`, `memory_mib`. Optional: `numa` (default null), `minor` (default the
+position), `pci_bus_id` (default made up), `mig_enabled` (default false) and `fail` (the GPU fails
+enumeration with that message). A GPU's index is its position in the list.
+
+Faults come in-process (`inject_xid`, `inject_wait_error`, `set_lost`) or from another process
+through an events file of JSON lines, read on each `wait_event` as it grows:
+
+    {"xid": 79, "uuid": "GPU-..."}      an Xid event (uuid omitted or null: unknown device)
+    {"wait_error": "GPU is lost"}        the wait fails once, like NVML_ERROR_GPU_IS_LOST
+    {"lost": "GPU-..."}                  the GPU stops answering (probe fails, enumeration fails)
+    {"restore": "GPU-..."}               it answers again
+
+Xid events and wait errors are delivered in the order they were injected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid as uuidlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from deviceplugin.gpu.base import (
+    BackendError,
+    EnumerationError,
+    GpuInfo,
+    Inventory,
+    WaitError,
+    XidEvent,
+)
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+FAKE_MODEL = "Fake GPU"
+MAX_GPUS = 64
+# Fixed so that the same index yields the same UUID in every run and every process.
+_UUID_NAMESPACE = uuidlib.UUID("6f1d3a52-9c1e-4b7a-8e0f-2a4c5d6e7f80")
+# How often a waiter looks at the events file; in-process injections wake it at once.
+_POLL_S = 0.05
+_COUNT_FORM = re.compile(r"([+-]?\d*)[xX]([+-]?\d*)", re.ASCII)
+_UUID_SHAPE = re.compile(r"GPU-[0-9A-Za-z-]+", re.ASCII)
+_ENTRY_KEYS = frozenset({"uuid", "model", "memory_mib", "numa", "minor", "pci_bus_id", "mig_enabled", "fail"})
+
+
+def fake_uuid(index: int) -> str:
+    """The made-up UUID of the GPU at `index` in a `COUNTxMIB` spec."""
+    return f"GPU-{uuidlib.uuid5(_UUID_NAMESPACE, f'fake-gpu-{index}')}"
+
+
+def _fake_bus_id(index: int) -> str:
+    return f"00000000:{index + 1:02X}:00.0"
+
+
+@dataclass(frozen=True, slots=True)
+class _WaitFailure:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    uuid: str
+    lost: bool
+
+
+class FakeBackend:
+    """Made-up GPUs; thread-safe. `inventory` reports lost GPUs as enumeration errors."""
+
+    def __init__(self, inventory: Inventory, events_file: Path | None = None) -> None:
+        self._inventory = inventory
+        self._known = {gpu.uuid for gpu in inventory.gpus}
+        self._events_file = events_file
+        self._events_offset = 0
+        self._cond = threading.Condition()
+        self._queue: deque[XidEvent | _WaitFailure] = deque()
+        self._lost: set[str] = set()
+        self._watched: set[str] = set()
+        self._closed = False
+
+    @classmethod
+    def from_spec(cls, spec: str, events_file: Path | None = None) -> FakeBackend:
+        return cls(parse_spec(spec), events_file)
+
+    @property
+    def watched(self) -> frozenset[str]:
+        with self._cond:
+            return frozenset(self._watched)
+
+    # --- GpuBackend ----------------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        with self._cond:
+            lost = set(self._lost)
+        if not lost:
+            return self._inventory
+        errors = self._inventory.errors + tuple(
+            EnumerationError(gpu.index, "GPU is lost") for gpu in self._inventory.gpus if gpu.uuid in lost
+        )
+        return Inventory(
+            gpus=tuple(gpu for gpu in self._inventory.gpus if gpu.uuid not in lost),
+            errors=tuple(sorted(errors, key=lambda error: error.index)),
+        )
+
+    def watch(self, uuids: tuple[str, ...]) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        with self._cond:
+            for uuid in uuids:
+                if uuid not in self._known:
+                    problems[uuid] = "no such GPU"
+                elif uuid in self._lost:
+                    problems[uuid] = "GPU is lost"
+                else:
+                    self._watched.add(uuid)
+        return problems
+
+    def wait_event(self, timeout_s: float) -> XidEvent | None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._closed:
+                self._read_events_file()
+                if self._queue:
+                    return self._take()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(min(remaining, _POLL_S) if self._events_file else remaining)
+        return None
+
+    def probe(self, uuid: str) -> bool:
+        with self._cond:
+            return uuid in self._known and uuid not in self._lost
+
+    def close(self) -> None:
+        """Wake any waiter (it returns None); the backend is not used afterwards."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # --- fault injection -----------------------------------------------------------------------
+
+    def inject_xid(self, uuid: str | None, xid: int) -> None:
+        self._enqueue(XidEvent(uuid, xid))
+
+    def inject_wait_error(self, message: str) -> None:
+        """Make one `wait_event` raise `WaitError(message)` (after any events already queued)."""
+        self._enqueue(_WaitFailure(message))
+
+    def set_lost(self, uuid: str, lost: bool) -> None:
+        with self._cond:
+            if uuid not in self._known:
+                raise ValueError(f"no fake GPU {uuid}")
+            self._apply_lost(_Lost(uuid, lost))
+
+    # --- internals (called with the lock held, except _enqueue which takes it) -----------------
+
+    def _enqueue(self, item: XidEvent | _WaitFailure) -> None:
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify_all()
+
+    def _take(self) -> XidEvent:
+        item = self._queue.popleft()
+        if isinstance(item, _WaitFailure):
+            raise WaitError(item.message)
+        return item
+
+    def _apply_lost(self, change: _Lost) -> None:
+        if change.lost:
+            self._lost.add(change.uuid)
+        else:
+            self._lost.discard(change.uuid)
+
+    def _read_events_file(self) -> None:
+        """Apply the complete lines appended since the last read; a partial last line waits."""
+        if self._events_file is None:
+            return
+        try:
+            with self._events_file.open("rb") as stream:
+                stream.seek(self._events_offset)
+                chunk = stream.read()
+        except FileNotFoundError:
+            return  # the writer has not created it yet
+        except OSError as err:
+            raise WaitError(f"cannot read fake GPU events file {self._events_file}: {err}") from err
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self._events_offset += end + 1
+        for line in chunk[:end].split(b"\n"):
+            if line.strip():
+                self._apply_line(line)
+
+    def _apply_line(self, line: bytes) -> None:
+        try:
+            change = _parse_event_line(line)
+        except ValueError as err:
+            log.warning(
+                "fake GPU event line skipped",
+                file=str(self._events_file),
+                line=line.decode(errors="replace"),
+                reason=str(err),
+            )
+            return
+        if isinstance(change, _Lost):
+            if change.uuid in self._known:
+                self._apply_lost(change)
+            else:
+                log.warning("fake GPU event for an unknown GPU skipped", uuid=change.uuid)
+        else:
+            self._queue.append(change)
+
+
+def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost:
+    """One events-file line; ValueError says what is wrong with it."""
+    record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if "xid" in record:
+        if not set(record) <= {"xid", "uuid"}:
+            raise ValueError(f"unexpected keys {sorted(set(record) - {'xid', 'uuid'})}")
+        xid, uuid = record["xid"], record.get("uuid")
+        if not _is_int(xid) or xid < 0:
+            raise ValueError(f"xid {xid!r} is not a non-negative integer")
+        if uuid is not None and not isinstance(uuid, str):
+            raise ValueError(f"uuid {uuid!r} is not a string or null")
+        return XidEvent(uuid, xid)
+    if len(record) != 1:
+        raise ValueError("expected one of xid, wait_error, lost, restore")
+    ((key, value),) = record.items()
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} needs a non-empty string")
+    if key == "wait_error":
+        return _WaitFailure(value)
+    if key in {"lost", "restore"}:
+        return _Lost(value, key == "lost")
+    raise ValueError(f"unknown key {key!r}")
+
+
+# --- spec parsing --------------------------------------------------------------------------------
+
+
+def parse_spec(spec: str) -> Inventory:
+    """The inventory a `--fake-gpus` spec describes; `BackendError` naming the spec when malformed."""
+    match = _COUNT_FORM.fullmatch(spec)
+    try:
+        if match is not None:
+            return _parse_count_form(match[1], match[2])
+        return _parse_gpu_list(_read_json_file(spec))
+    except ValueError as err:
+        raise BackendError(f"fake GPU spec {spec!r}: {err}") from err
+
+
+def _parse_count_form(count_text: str, mib_text: str) -> Inventory:
+    count = _parse_int(count_text)
+    if count is None or not 1 <= count <= MAX_GPUS:
+        raise ValueError(f"GPU count {count_text!r} is not a whole number from 1 to {MAX_GPUS}")
+    memory_mib = _parse_int(mib_text)
+    if memory_mib is None or memory_mib < 1:
+        raise ValueError(f"memory {mib_text!r} MiB is not a whole number of at least 1")
+    gpus = tuple(
+        GpuInfo(
+            index=index,
+            uuid=fake_uuid(index),
+            model=FAKE_MODEL,
+            memory_mib=memory_mib,
+            minor=index,
+            pci_bus_id=_fake_bus_id(index),
+        )
+        for index in range(count)
+    )
+    return Inventory(gpus)
+
+
+def _parse_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _read_json_file(path: str) -> object:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ValueError(f"neither COUNTxMIB (like 2x10989) nor a readable JSON file: {err}") from err
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        raise ValueError(f"invalid JSON: {err}") from err
+
+
+def _parse_gpu_list(document: object) -> Inventory:
+    if not isinstance(document, list):
+        raise ValueError("the file must hold a JSON list of GPU objects")
+    if len(document) > MAX_GPUS:
+        raise ValueError(f"{len(document)} GPUs listed, at most {MAX_GPUS} allowed")
+    gpus: list[GpuInfo] = []
+    errors: list[EnumerationError] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(document):
+        try:
+            gpu, failure = _parse_entry(index, entry)
+            if gpu.uuid in seen:
+                raise ValueError(f"duplicate uuid {gpu.uuid!r}")
+        except ValueError as err:
+            raise ValueError(f"GPU {index}: {err}") from err
+        seen.add(gpu.uuid)
+        if failure is None:
+            gpus.append(gpu)
+        else:
+            errors.append(EnumerationError(index, failure))
+    return Inventory(tuple(gpus), tuple(errors))
+
+
+def _parse_entry(index: int, entry: object) -> tuple[GpuInfo, str | None]:
+    if not isinstance(entry, dict):
+        raise ValueError("not a JSON object")
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} (allowed: {sorted(_ENTRY_KEYS)})")
+    for key in ("uuid", "model", "memory_mib"):
+        if key not in entry:
+            raise ValueError(f"missing field {key!r}")
+    uuid = entry["uuid"]
+    if not isinstance(uuid, str) or not _UUID_SHAPE.fullmatch(uuid):
+        raise ValueError(f"uuid {uuid!r} is not like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    memory_mib = entry["memory_mib"]
+    if not _is_int(memory_mib) or memory_mib < 1:
+        raise ValueError(f"memory_mib {memory_mib!r} is not a whole number of at least 1")
+    mig_enabled = entry.get("mig_enabled", False)
+    if not isinstance(mig_enabled, bool):
+        raise ValueError(f"mig_enabled {mig_enabled!r} is not true or false")
+    gpu = GpuInfo(
+        index=index,
+        uuid=uuid,
+        model=_text_field(entry, "model"),
+        memory_mib=memory_mib,
+        minor=_optional_index(entry, "minor", default=index),
+        pci_bus_id=_text_field(entry, "pci_bus_id") if "pci_bus_id" in entry else _fake_bus_id(index),
+        numa=_optional_index(entry, "numa", default=None),
+        mig_enabled=mig_enabled,
+    )
+    return gpu, _text_field(entry, "fail") if "fail" in entry else None
+
+
+def _text_field(entry: dict[str, Any], key: str) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} {value!r} is not a non-empty string")
+    return value
+
+
+def _optional_index(entry: dict[str, Any], key: str, default: int | None) -> int | None:
+    value = entry.get(key, default)
+    if value is not None and (not _is_int(value) or value < 0):
+        raise ValueError(f"{key} {value!r} is not a non-negative integer or null")
+    return value
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # JSON true/false load as bool, which Python counts as int.
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,60 @@
+"""NvmlBackend against the real driver: run on a GPU machine with `pytest -m gpu`; skipped elsewhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from deviceplugin.gpu.base import BackendError, XidEvent
+from deviceplugin.gpu.nvml import NvmlBackend
+
+pytestmark = pytest.mark.gpu
+
+UUID_SHAPE = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+BUS_ID_SHAPE = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]")
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[NvmlBackend]:
+    try:
+        nvml = NvmlBackend()
+    except BackendError as err:
+        pytest.skip(f"no usable NVIDIA driver on this machine ({err})")
+    yield nvml
+    nvml.close()
+
+
+@pytest.fixture(scope="module")
+def uuids(backend: NvmlBackend) -> tuple[str, ...]:
+    return tuple(gpu.uuid for gpu in backend.inventory().gpus)
+
+
+def test_inventory(backend: NvmlBackend) -> None:
+    inventory = backend.inventory()
+    assert inventory.errors == ()
+    assert len(inventory.gpus) >= 1
+    for position, gpu in enumerate(inventory.gpus):
+        assert gpu.index == position
+        assert UUID_SHAPE.fullmatch(gpu.uuid), gpu.uuid
+        assert gpu.model
+        assert gpu.memory_mib > 0
+        assert gpu.pci_bus_id is not None and BUS_ID_SHAPE.fullmatch(gpu.pci_bus_id), gpu.pci_bus_id
+        assert gpu.numa is None or gpu.numa >= 0
+        assert gpu.minor is None or gpu.minor >= 0
+
+
+def test_watch_all_gpus(backend: NvmlBackend, uuids: tuple[str, ...]) -> None:
+    assert backend.watch(uuids) == {}
+
+
+def test_wait_event_does_not_raise(backend: NvmlBackend, uuids: tuple[str, ...]) -> None:
+    backend.watch(uuids)
+    event = backend.wait_event(0.2)
+    assert event is None or isinstance(event, XidEvent)
+
+
+def test_probe_every_gpu(backend: NvmlBackend, uuids: tuple[str, ...]) -> None:
+    assert all(backend.probe(uuid) for uuid in uuids)
+    assert not backend.probe("GPU-00000000-0000-0000-0000-000000000000")
