@@ -1,0 +1,97 @@
+"""Keeps every resource served and registered across kubelet restarts.
+
+Kubelet deletes every socket in the device-plugin directory when it starts and then creates a new
+`kubelet.sock`. The registrar notices either event within one poll (100 ms), re-serves what lost
+its socket and registers everything with the new kubelet. Failed registrations back off
+exponentially (capped), so an absent or broken kubelet is not hammered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+
+from deviceplugin.logs import get_log
+from deviceplugin.plugin.server import PluginServer, socket_identity
+
+log = get_log(__name__)
+
+POLL_S = 0.1
+BACKOFF_START_S = 0.2
+BACKOFF_MAX_S = 10.0
+
+
+class Registrar:
+    def __init__(self, servers: Sequence[PluginServer], kubelet_socket: Path) -> None:
+        self.servers = tuple(servers)
+        self.kubelet_socket = kubelet_socket
+        self._registered_with: tuple[int, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backoff = BACKOFF_START_S
+        self._waiting_logged = False
+
+    @property
+    def registered(self) -> bool:
+        """Registered with the kubelet whose socket is in place now."""
+        current = socket_identity(self.kubelet_socket)
+        return current is not None and current == self._registered_with
+
+    def start(self) -> None:
+        for server in self.servers:
+            server.start()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        for server in self.servers:
+            server.stop()
+
+    def _run(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            delay = self.step()
+
+    def _retry_later(self, what: str, err: Exception) -> float:
+        detail = err.details() if isinstance(err, grpc.RpcError) else str(err)
+        log.warning(f"{what} failed", error=detail or type(err).__name__, retry_s=self._backoff)
+        delay, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX_S)
+        return delay
+
+    def step(self) -> float:
+        """One pass; returns how long to wait before the next."""
+        for server in self.servers:
+            if server.serving():
+                continue
+            log.info("socket gone, serving again", resource=server.resource_name)
+            try:
+                server.start()
+            except (grpc.RpcError, OSError, RuntimeError) as err:
+                return self._retry_later("serving", err)
+            self._registered_with = None  # a new socket must be registered again
+        kubelet = socket_identity(self.kubelet_socket)
+        if kubelet is None:
+            if not self._waiting_logged:
+                log.warning("waiting for kubelet", socket=str(self.kubelet_socket))
+                self._waiting_logged = True
+            self._registered_with = None
+            return POLL_S
+        if kubelet == self._registered_with:
+            return POLL_S
+        try:
+            for server in self.servers:
+                server.register(self.kubelet_socket)
+        except grpc.RpcError as err:
+            return self._retry_later("registration", err)
+        self._registered_with = kubelet
+        self._backoff = BACKOFF_START_S
+        self._waiting_logged = False
+        return POLL_S
