@@ -34,6 +34,8 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/fit.py
+	$(PY) bench/listandwatch.py
+	$(PY) bench/daemon.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from deviceplugin import __version__
+from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, OptionError
+from deviceplugin.plugin import daemon
+from deviceplugin.sim.kubelet import run_kubelet
 from deviceplugin.sim.walkthrough import main as simulate
 
 
 def _not_yet(name: str) -> int:
     print(f"deviceplugin {name}: not available in this build yet", file=sys.stderr)
     return 2
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run the node daemon (kubelet device plugin)",
+        description="Run the node daemon. Every option can also come from its environment variable or "
+        "from the config file; a flag wins over the environment, which wins over the file.",
+    )
+    defaults = {field.name: field.default for field in dataclasses.fields(DaemonConfig)}
+    for option in (*OPTIONS, CONFIG_OPTION):
+        default = defaults.get(option.field)
+        shown = "" if default in (None, dataclasses.MISSING) else f", default {default}"
+        run.add_argument(f"--{option.name}", metavar="VALUE", help=f"{option.help} [env {option.env}{shown}]")
+
+
+def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sim = sub.add_parser("sim", help="run one emulator (kubelet; API server later)")
+    emulators = sim.add_subparsers(dest="emulator", metavar="EMULATOR", required=True)
+    kubelet = emulators.add_parser("kubelet", help="kubelet's device-plugin registration, over real sockets")
+    kubelet.add_argument("--dir", type=Path, required=True, help="device-plugin socket directory")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,19 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"deviceplugin {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    sub.add_parser("run", help="run the node daemon (kubelet device plugin)")
+    _add_run(sub)
     sub.add_parser("simulate", help="play the documented scenarios end to end and print the outcome")
     sub.add_parser("extender", help="run the kube-scheduler extender")
     sub.add_parser("inspect", help="show GPU allocation per node")
-    sub.add_parser("sim", help="run one emulator (API server, kubelet)")
+    _add_sim(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command: str = args.command
+    if command == "run":
+        flags = {
+            option.name: getattr(args, option.name.replace("-", "_")) for option in (*OPTIONS, CONFIG_OPTION)
+        }
+        try:
+            return daemon.run(flags)
+        except OptionError as err:
+            print(f"deviceplugin run: {err}", file=sys.stderr)
+            return daemon.EXIT_CONFIG
     if command == "simulate":
         return simulate()
+    if command == "sim":
+        return run_kubelet(args.dir)
     return _not_yet(command)
 
 

@@ -1,0 +1,215 @@
+"""`deviceplugin run`: the node daemon's start-up, signal handling, reload and shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import FrameType
+
+import grpc
+
+from deviceplugin import logs
+from deviceplugin.config import DaemonConfig, OptionError, load_config
+from deviceplugin.gpu import load_backend
+from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
+from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
+from deviceplugin.plugin.devices import (
+    RESOURCES,
+    DeviceList,
+    FactorError,
+    Layout,
+    check_layout,
+    smallest_factor,
+)
+from deviceplugin.plugin.registrar import Registrar
+from deviceplugin.plugin.server import PluginServer
+from deviceplugin.plugin.service import DevicePluginService
+
+log = logs.get_log(__name__)
+
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+
+class StartupError(Exception):
+    """The daemon cannot start; `exit_code` says whether the configuration is to blame."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def choose_layout(config: DaemonConfig, gpus: tuple[GpuInfo, ...]) -> Layout:
+    """The memory factor and split count, checked against kubelet's message limit."""
+    resources = RESOURCES[config.gpu_strategy]
+    if isinstance(config.gpu_memory_factor, int):
+        factor = config.gpu_memory_factor
+    else:
+        factor = smallest_factor(resources, gpus, config.vgpu_split_count)
+        log.info("memory factor chosen", factor=factor, mib_per_device=factor)
+    layout = Layout(factor=factor, split_count=config.vgpu_split_count)
+    check_layout(resources, gpus, layout)
+    return layout
+
+
+@dataclass
+class GpuSide:
+    """The backend, the enumerated GPUs and their health: kept across plugin reloads."""
+
+    backend: GpuBackend
+    gpus: tuple[GpuInfo, ...]
+    health: HealthState
+    monitor: HealthMonitor
+
+    @classmethod
+    def start(cls, config: DaemonConfig, env: Mapping[str, str]) -> GpuSide:
+        try:
+            backend = load_backend(config.fake_gpus, config.fake_gpu_events)
+        except BackendError as err:
+            if config.fake_gpus is not None:
+                raise StartupError(f"--fake-gpus {config.fake_gpus!r}: {err}", EXIT_CONFIG) from None
+            raise StartupError(f"cannot use the GPUs: {err}") from None
+        inventory = backend.inventory()
+        for failure in inventory.errors:
+            log.error("gpu failed to enumerate", index=failure.index, error=failure.message)
+        if not inventory.gpus:
+            backend.close()
+            raise StartupError("no usable GPU found on this node")
+        for gpu in inventory.gpus:
+            log.info(
+                "gpu",
+                index=gpu.index,
+                uuid=gpu.uuid,
+                model=gpu.model,
+                memory_mib=gpu.memory_mib,
+                numa=gpu.numa,
+            )
+        health = HealthState(tuple(gpu.uuid for gpu in inventory.gpus))
+        monitor = HealthMonitor(backend, health, XidPolicy.from_env(env), config.health_recovery_period)
+        monitor.start()
+        return cls(backend, inventory.gpus, health, monitor)
+
+    def stop(self) -> None:
+        self.monitor.stop()
+        self.backend.close()
+
+
+def start_plugins(config: DaemonConfig, gpu: GpuSide) -> Registrar:
+    """Serve every resource of the strategy and keep it registered with kubelet."""
+    try:
+        layout = choose_layout(config, gpu.gpus)
+    except FactorError as err:
+        raise StartupError(str(err), EXIT_CONFIG) from None
+    try:
+        config.device_plugin_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StartupError(
+            f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
+        ) from None
+    servers = [
+        PluginServer(
+            DevicePluginService(DeviceList(resource, gpu.gpus, layout), gpu.health), config.device_plugin_dir
+        )
+        for resource in RESOURCES[config.gpu_strategy]
+    ]
+    registrar = Registrar(servers, config.kubelet_socket)
+    try:
+        registrar.start()
+    except (OSError, RuntimeError, grpc.RpcError) as err:
+        registrar.stop()
+        raise StartupError(f"cannot serve in {config.device_plugin_dir}: {err}") from None
+    return registrar
+
+
+def _configure_logging(config: DaemonConfig) -> None:
+    logs.configure(config.log_format, getattr(logging, config.log_level.upper()))
+
+
+def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
+    return (config.fake_gpus, config.fake_gpu_events, config.health_recovery_period)
+
+
+class Daemon:
+    """Owns the running parts; `reload` swaps in a new configuration."""
+
+    def __init__(self, config: DaemonConfig, env: Mapping[str, str]) -> None:
+        self.config = config
+        self.env = env
+        self.gpu = GpuSide.start(config, env)
+        try:
+            self.registrar = start_plugins(config, self.gpu)
+        except BaseException:
+            self.gpu.stop()
+            raise
+
+    def reload(self, config: DaemonConfig) -> None:
+        """Apply a new configuration: plugins are re-served and re-registered; GPUs are
+        re-enumerated (losing health history) only when the GPU source itself changed. A
+        configuration that cannot start leaves the running one in place."""
+        if config == self.config:
+            log.info("configuration unchanged")
+            return
+        changed_source = _backend_settings(config) != _backend_settings(self.config)
+        gpu = GpuSide.start(config, self.env) if changed_source else self.gpu
+        try:
+            choose_layout(config, gpu.gpus)
+        except FactorError as err:
+            if changed_source:
+                gpu.stop()
+            raise StartupError(str(err), EXIT_CONFIG) from None
+        self.registrar.stop()
+        try:
+            self.registrar = start_plugins(config, gpu)
+        except StartupError:
+            self.registrar = start_plugins(self.config, self.gpu)
+            if changed_source:
+                gpu.stop()
+            raise
+        if changed_source:
+            self.gpu.stop()
+            self.gpu = gpu
+        self.config = config
+        _configure_logging(config)
+        log.info("configuration reloaded")
+
+    def stop(self) -> None:
+        self.registrar.stop()
+        self.gpu.stop()
+
+
+def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; SIGHUP reloads the configuration. Returns the exit code."""
+    env = dict(os.environ if env is None else env)
+    config = load_config(flags, env)
+    _configure_logging(config)
+    stop, reload = threading.Event(), threading.Event()
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        (reload if number == signal.SIGHUP else stop).set()
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, on_signal)
+    try:
+        daemon = Daemon(config, env)
+    except StartupError as err:
+        log.error("cannot start", error=str(err))
+        return err.exit_code
+    log.info("started", node=config.node_name, strategy=config.gpu_strategy, gpus=len(daemon.gpu.gpus))
+    while not stop.wait(0.2):
+        if reload.is_set():
+            reload.clear()
+            _reload(daemon, flags)
+    daemon.stop()
+    log.info("stopped")
+    return 0
+
+
+def _reload(daemon: Daemon, flags: Mapping[str, str | None]) -> None:
+    try:
+        daemon.reload(load_config(flags, dict(os.environ)))
+    except (OptionError, StartupError) as err:
+        log.error("reload refused, keeping the running configuration", error=str(err))

@@ -1,0 +1,131 @@
+"""Daemon configuration: flag > environment > file > default; every bad value named (SPEC §10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.config import OPTIONS, DaemonConfig, OptionError, load_config
+
+
+def flags(**given: str) -> dict[str, str | None]:
+    values: dict[str, str | None] = {option.name: None for option in OPTIONS}
+    values["config"] = None
+    values.update({name.replace("_", "-"): value for name, value in given.items()})
+    return values
+
+
+def test_defaults_with_only_the_node_name() -> None:
+    config = load_config(flags(node_name="gpu-1"), {})
+    assert config == DaemonConfig(node_name="gpu-1")
+    assert config.kubelet_socket == Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+    assert (config.gpu_strategy, config.gpu_memory_factor, config.vgpu_split_count) == ("share", 1, 10)
+
+
+def test_flag_beats_env_beats_file(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("gpu-strategy: number\nvgpu-split-count: 4\nlog-format: json\nnode-name: from-file\n")
+    env = {"GPU_STRATEGY": "vgpu", "VGPU_SPLIT_COUNT": "6", "NODE_NAME": "from-env"}
+    config = load_config(flags(config=str(file), gpu_strategy="share"), env)
+    assert config.gpu_strategy == "share"  # flag
+    assert config.vgpu_split_count == 6  # env over file
+    assert config.log_format == "json"  # file over default
+    assert config.node_name == "from-env"
+
+
+def test_config_file_from_env_and_typed_yaml_values(tmp_path: Path) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text("node-name: n\ngpu-memory-factor: 16\nhealth-recovery-period: 2.5\n")
+    config = load_config(flags(), {"CONFIG_FILE": str(file)})
+    assert (config.gpu_memory_factor, config.health_recovery_period) == (16, 2.5)
+
+
+def test_empty_env_values_count_as_unset() -> None:
+    assert load_config(flags(node_name="n"), {"GPU_STRATEGY": "", "KUBECONFIG": ""}).gpu_strategy == "share"
+
+
+def test_auto_factor_and_paths() -> None:
+    config = load_config(
+        flags(node_name="n", gpu_memory_factor="auto", device_plugin_dir="/tmp/dp", fake_gpus="2x10989"), {}
+    )
+    assert config.gpu_memory_factor == "auto"
+    assert config.kubelet_socket == Path("/tmp/dp/kubelet.sock")
+
+
+@pytest.mark.parametrize(
+    ("given", "env", "message"),
+    [
+        (
+            {"gpu_memory_factor": "0"},
+            {},
+            r"--gpu-memory-factor: invalid value '0': must be a positive whole number",
+        ),
+        ({"gpu_memory_factor": "-4"}, {}, r"--gpu-memory-factor: invalid value '-4'"),
+        ({"gpu_memory_factor": "1.5"}, {}, r"--gpu-memory-factor: invalid value '1.5'.*or auto"),
+        (
+            {},
+            {"GPU_MEMORY_FACTOR": "0"},
+            r"--gpu-memory-factor \(from env GPU_MEMORY_FACTOR\): invalid value '0'",
+        ),
+        (
+            {"gpu_strategy": "mig"},
+            {},
+            r"--gpu-strategy: invalid value 'mig': must be one of share, number, vgpu",
+        ),
+        ({"device_id_strategy": "name"}, {}, r"--device-id-strategy: invalid value 'name'"),
+        ({"vgpu_split_count": "0"}, {}, r"--vgpu-split-count: invalid value '0'"),
+        ({"health_recovery_period": "nan"}, {}, r"--health-recovery-period: invalid value 'nan'"),
+        ({"health_recovery_period": "-1"}, {}, r"--health-recovery-period: invalid value '-1'"),
+        (
+            {"metrics_address": "localhost"},
+            {},
+            r"--metrics-address: invalid value 'localhost': must be HOST:PORT",
+        ),
+        ({"metrics_address": ":99999"}, {}, r"--metrics-address: invalid value ':99999'"),
+        ({"log_format": "xml"}, {}, r"--log-format: invalid value 'xml'"),
+        ({"node_name": "  "}, {}, r"--node-name: invalid value '  ': must not be empty"),
+        ({"fake_gpu_events": "/tmp/e"}, {}, r"--fake-gpu-events needs --fake-gpus"),
+    ],
+)
+def test_bad_values_name_the_option_and_source(
+    given: dict[str, str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        load_config(flags(**{"node_name": "n", **given}), env)
+
+
+def test_node_name_is_required() -> None:
+    with pytest.raises(OptionError, match=r"--node-name \(or env NODE_NAME\) is required"):
+        load_config(flags(), {})
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "gpu-strategy: [share]\nnode-name: n\n",
+            r"--gpu-strategy \(from .*c.yaml\): invalid value \['share'\]",
+        ),
+        ("gpu_strategy: share\n", r"unknown option\(s\) gpu_strategy"),
+        ("- a\n- b\n", r"must be a mapping of option names to values"),
+        ("a: [\n", r"not valid YAML"),
+        ("node-name: n\nvgpu-split-count: true\n", r"--vgpu-split-count \(from .*\): invalid value True"),
+    ],
+)
+def test_bad_config_files(tmp_path: Path, content: str, message: str) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text(content)
+    with pytest.raises(OptionError, match=message):
+        load_config(flags(config=str(file)), {})
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"config file .*missing.yaml: No such file or directory"):
+        load_config(flags(node_name="n", config=str(tmp_path / "missing.yaml")), {})
+
+
+def test_empty_config_file_is_fine(tmp_path: Path) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text("")
+    assert load_config(flags(node_name="n", config=str(file)), {}).node_name == "n"
