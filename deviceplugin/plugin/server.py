@@ -43,6 +43,7 @@ class PluginServer:
         self.service = service
         self.path = directory / service.devices.resource.socket
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
         self._identity: tuple[int, int] | None = None
 
     @property
@@ -55,8 +56,11 @@ class PluginServer:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         self.service.stopping.clear()
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=WORKERS, thread_name_prefix=f"dp-{self.path.stem}"
+        )
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"dp-{self.path.stem}"),
+            self._executor,
             handlers=[self.service.handler()],
             options=[("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)],
         )
@@ -94,6 +98,9 @@ class PluginServer:
         self.service.health.wake()
         self._server.stop(STOP_GRACE_S).wait()
         self._server = None
+        if self._executor is not None:  # grpc leaves the pool's threads running
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if socket_identity(self.path) == self._identity:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
