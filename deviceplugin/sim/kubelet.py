@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Literal, Self
 
 import grpc
@@ -42,6 +40,7 @@ from deviceplugin.api import (
 )
 from deviceplugin.api import deviceplugin_pb2 as dp
 from deviceplugin.logs import get_log
+from deviceplugin.sim.signals import stop_signals
 
 log = get_log(__name__)
 
@@ -621,45 +620,12 @@ def _validate(request: dp.RegisterRequest) -> None:
 # --------------------------------------------------------------------------- foreground runner
 
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
 def _print_event(event: KubeletEvent) -> None:
     print(event, flush=True)
 
 
-def _ignore(signum: int, frame: FrameType | None) -> None:
-    """Python-level handler so the signal is caught; the wakeup pipe carries it to the main thread."""
-
-
-@contextmanager
-def _stop_signals() -> Iterator[Callable[[], None]]:
-    """Catch SIGTERM and SIGINT; yields a function that blocks until one arrives.
-
-    It reads signal.set_wakeup_fd's pipe instead of waiting on an Event: the kernel may hand the
-    signal to a gRPC thread, and then a main thread blocked on a lock never runs the Python handler.
-    """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    previous_fd = signal.set_wakeup_fd(write_fd)
-    previous = {sig: signal.signal(sig, _ignore) for sig in _STOP_SIGNALS}
-
-    def wait() -> None:
-        while os.read(read_fd, 1)[0] not in _STOP_SIGNALS:
-            continue
-
-    try:
-        yield wait
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(previous_fd)
-        os.close(read_fd)
-        os.close(write_fd)
-
-
 def run_kubelet(directory: Path) -> int:
     """`deviceplugin sim kubelet --dir DIR`: one stdout line per event until SIGTERM or SIGINT."""
-    with _stop_signals() as wait_for_signal, KubeletEmulator(directory, listener=_print_event):
+    with stop_signals() as wait_for_signal, KubeletEmulator(directory, listener=_print_event):
         wait_for_signal()
     return 0

@@ -1,0 +1,52 @@
+"""URL paths of the core/v1 API mapped to (kind, namespace, name, subresource)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deviceplugin.sim.apiserver import errors
+from deviceplugin.sim.apiserver.kinds import BY_PLURAL, Kind
+
+BINDINGS = "bindings"
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: Kind | None  # None: the namespaced `bindings` collection (POST a Binding)
+    namespace: str  # "" for cluster-scoped kinds and for lists across all namespaces
+    name: str  # "" for collections
+    subresource: str
+
+
+def parse(path: str) -> Route:
+    """Route for `/api/v1/...`; 404 NotFound for anything the server does not serve."""
+    parts = [part for part in path.split("/") if part]
+    if parts[:2] != ["api", "v1"] or len(parts) < 3:
+        raise errors.unknown_path()
+    rest = parts[2:]
+    legacy_watch = rest[0] == "watch"  # the deprecated /api/v1/watch/... form
+    if legacy_watch:
+        rest = rest[1:]
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces" and _namespaced_collection(rest[2]):
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise errors.unknown_path()
+    plural, name, subresource = [*rest, "", ""][:3]
+    if plural == BINDINGS:
+        if not namespace or name or legacy_watch:
+            raise errors.unknown_path()
+        return Route(None, namespace, "", "")
+    kind = BY_PLURAL.get(plural)
+    if kind is None or (namespace and not kind.namespaced):
+        raise errors.unknown_path()
+    if kind.namespaced and not namespace and name:
+        raise errors.unknown_path()  # a namespaced object is only addressed inside its namespace
+    if subresource and (subresource not in kind.subresources or legacy_watch):
+        raise errors.unknown_path()
+    return Route(kind, namespace, name, subresource)
+
+
+def _namespaced_collection(plural: str) -> bool:
+    kind = BY_PLURAL.get(plural)
+    return plural == BINDINGS or (kind is not None and kind.namespaced)
