@@ -1,0 +1,1 @@
+"""Kubernetes API access for the node daemon: pod cache, patches with retries, events, node state."""

@@ -1,0 +1,206 @@
+"""A small typed facade over the official client's CoreV1Api, speaking JSON dicts.
+
+Every call passes `_preload_content=False` and parses the reply itself: callers get objects as the
+API serves them (camelCase JSON, what `deviceplugin.fit` reads) and no time is spent building the
+client's model classes. Errors surface as `ApiError` with a classification the retry logic uses.
+The API calls this project makes are all here, which keeps the RBAC rules checkable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kubernetes
+import urllib3
+
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S = 3.0
+READ_TIMEOUT_S = 10.0
+MERGE_PATCH = "application/merge-patch+json"
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    """A failed API call. `status` is the HTTP status, 0 when no answer came (connection, timeout)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status or 'no answer'} {reason}: {message}" if reason else message)
+        self.status = status
+        self.reason = reason
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying as is: the server or the network failed, not the request."""
+        return self.status == 0 or self.status in TRANSIENT_STATUS
+
+    @property
+    def expired(self) -> bool:
+        return self.status == 410
+
+
+class ConfigError(Exception):
+    """No usable Kubernetes client configuration."""
+
+
+def _from_exception(err: Exception) -> ApiError:
+    if isinstance(err, kubernetes.client.ApiException):
+        reason, message = err.reason or "", str(err.body or "")
+        try:
+            status = json.loads(err.body or "")
+            reason, message = status.get("reason") or reason, status.get("message") or message
+        except (ValueError, AttributeError):
+            pass
+        return ApiError(err.status or 0, reason, message)
+    return ApiError(0, type(err).__name__, str(err))
+
+
+_CLIENT_ERRORS = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
+    """From a kubeconfig file, else the pod's service account (in-cluster)."""
+    client: kubernetes.client.ApiClient
+    try:
+        if kubeconfig is not None:
+            client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        else:
+            configuration = kubernetes.client.Configuration()
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+            client = kubernetes.client.ApiClient(configuration)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as err:
+        source = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster service account"
+        raise ConfigError(f"cannot use the {source}: {err}") from None
+    # Our own retry loops decide when to try again; urllib3's would stretch every outage.
+    client.configuration.retries = False
+    client.rest_client = kubernetes.client.rest.RESTClientObject(client.configuration)
+    return client
+
+
+class Kube:
+    """The API calls the daemon makes, as JSON in and out."""
+
+    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.timeout = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+
+    def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+        try:
+            response = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+            result: Obj = json.loads(response.data)
+        except _CLIENT_ERRORS as err:
+            raise _from_exception(err) from None
+        return result
+
+    def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
+        """Pods matching the selector, and the list's resourceVersion to watch from."""
+        listed = self._json(self.core.list_pod_for_all_namespaces, field_selector=field_selector)
+        return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
+
+    def watch_pods(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch from `resource_version` (bookmarks on); the server ends it after `timeout_s`."""
+        try:
+            response = self.core.list_pod_for_all_namespaces(
+                field_selector=field_selector,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s,
+                watch=True,
+                _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + READ_TIMEOUT_S),
+            )
+        except _CLIENT_ERRORS as err:
+            raise _from_exception(err) from None
+        return WatchStream(response)
+
+    def get_node(self, name: str) -> Obj:
+        return self._json(self.core.read_node, name)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
+        return self._json(self.core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
+
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> Obj:
+        return self._json(self.core.patch_node_status, name, dict(patch), _content_type=MERGE_PATCH)
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Obj:
+        return self._json(
+            self.core.patch_namespaced_pod, name, namespace, dict(patch), _content_type=MERGE_PATCH
+        )
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:
+        return self._json(self.core.create_namespaced_event, namespace, dict(event))
+
+
+class WatchStream:
+    """Watch events (`{"type", "object"}` dicts) from an open response. `close()` may be called
+    from another thread to end a blocked read at once."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[Obj]:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(64 * 1024, decode_content=False):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        except _CLIENT_ERRORS as err:
+            raise _from_exception(err) from None
+
+    def close(self) -> None:
+        # Shutting the socket down (not just closing it) wakes a reader blocked in another thread.
+        connection = getattr(self._response, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._response.close()
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def retry(
+    call: Callable[[], T],
+    what: str,
+    *,
+    deadline_s: float,
+    on_conflict: Callable[[], None] | None = None,
+    sleep: Callable[[float], object] = time.sleep,
+) -> T:
+    """Run `call`, retrying transient failures (and conflicts, after `on_conflict` refreshes
+    whatever the call depends on) with exponential back-off until `deadline_s` has passed."""
+    end, delay = time.monotonic() + deadline_s, 0.1
+    while True:
+        try:
+            return call()
+        except ApiError as err:
+            retryable = err.transient or (err.conflict and on_conflict is not None)
+            if not retryable or time.monotonic() + delay > end:
+                raise
+            log.info("retrying api call", call=what, error=str(err), retry_s=delay)
+            sleep(delay)
+            delay = min(delay * 2, 5.0)
+            if err.conflict and on_conflict is not None:
+                on_conflict()
