@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) bench/fit.py
 	$(PY) bench/listandwatch.py
 	$(PY) bench/daemon.py
+	$(PY) bench/kube.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

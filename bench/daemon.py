@@ -2,7 +2,8 @@
 
 Bars (SPEC §12): re-registration <= 1 s after `kubelet.sock` is recreated; a health change visible
 in ListAndWatch <= 1 s; daemon RSS <= 120 MB with 8 GPUs. The daemon runs as a subprocess with 8
-fake 141 GB GPUs in vGPU mode (three resources) and --gpu-memory-factor=auto.
+fake 141 GB GPUs in vGPU mode (three resources) and --gpu-memory-factor=auto, talking to the
+API-server emulator (so the Kubernetes client is loaded, as in a real deployment).
 Run: `.venv/bin/python bench/daemon.py [--rounds N]`.
 """
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from deviceplugin.gpu.fake import fake_uuid
+from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 
 RESOURCES = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
@@ -86,7 +88,9 @@ def main() -> int:
         "warning",
     ]
     try:
-        with KubeletEmulator(work / "dp") as kubelet:
+        with KubeletEmulator(work / "dp") as kubelet, ApiServerEmulator() as apiserver:
+            apiserver.create("nodes", {"metadata": {"name": "bench"}})
+            command += ["--kubeconfig", str(apiserver.write_kubeconfig(work / "kubeconfig"))]
             daemon = subprocess.Popen(command, stderr=subprocess.DEVNULL)
             try:
                 return run_rounds(kubelet, daemon, events, args.rounds)

@@ -11,6 +11,7 @@ from pathlib import Path
 from deviceplugin import __version__
 from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, OptionError
 from deviceplugin.plugin import daemon
+from deviceplugin.sim.apiserver import run_apiserver
 from deviceplugin.sim.kubelet import run_kubelet
 from deviceplugin.sim.walkthrough import main as simulate
 
@@ -35,10 +36,13 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    sim = sub.add_parser("sim", help="run one emulator (kubelet; API server later)")
+    sim = sub.add_parser("sim", help="run one emulator (kubelet, apiserver)")
     emulators = sim.add_subparsers(dest="emulator", metavar="EMULATOR", required=True)
     kubelet = emulators.add_parser("kubelet", help="kubelet's device-plugin registration, over real sockets")
     kubelet.add_argument("--dir", type=Path, required=True, help="device-plugin socket directory")
+    apiserver = emulators.add_parser("apiserver", help="Kubernetes API server (core/v1) over HTTP")
+    apiserver.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
+    apiserver.add_argument("--kubeconfig-out", type=Path, help="write a kubeconfig pointing at the emulator")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "simulate":
         return simulate()
     if command == "sim":
+        if args.emulator == "apiserver":
+            return run_apiserver(args.port, args.kubeconfig_out)
         return run_kubelet(args.dir)
     return _not_yet(command)
 

@@ -10,95 +10,14 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from deviceplugin.gpu.fake import fake_uuid
-from deviceplugin.sim.kubelet import KubeletEmulator, ResourceState
-
-TIMEOUT_S = 20.0
-VGPU = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
-GPU0, GPU1 = fake_uuid(0), fake_uuid(1)
-
-
-class Daemon:
-    """`deviceplugin run` in a subprocess; stopped (and its output kept) at the end of the test."""
-
-    def __init__(self, directory: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log = directory.parent / f"daemon-{time.monotonic_ns()}.log"
-        command = [
-            sys.executable,
-            "-m",
-            "deviceplugin.cli",
-            "run",
-            "--device-plugin-dir",
-            str(directory),
-            *args,
-        ]
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(TIMEOUT_S)
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))  # Unix socket paths must stay short
-    (path / "plugins").mkdir()
-    yield path
-    for child in sorted(path.rglob("*"), reverse=True):
-        child.unlink() if not child.is_dir() else child.rmdir()
-    path.rmdir()
-
-
-@pytest.fixture
-def kubelet(workdir: Path) -> Iterator[KubeletEmulator]:
-    with KubeletEmulator(workdir / "plugins") as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def start(workdir: Path) -> Iterator[Callable[..., Daemon]]:
-    running: list[Daemon] = []
-
-    def launch(*args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(workdir / "plugins", "--node-name", "node-1", *args, env=env)
-        running.append(daemon)
-        return daemon
-
-    yield launch
-    for daemon in running:
-        daemon.stop()
-
-
-def streaming(*resources: str) -> Callable[[KubeletEmulator], bool]:
-    def check(kubelet: KubeletEmulator) -> bool:
-        states = [kubelet.resource(name) for name in resources]
-        return all(s is not None and s.connected and s.messages > 0 for s in states)
-
-    return check
-
-
-def wait(kubelet: KubeletEmulator, predicate: Callable[[KubeletEmulator], bool], daemon: Daemon) -> None:
-    assert kubelet.wait_for(predicate, TIMEOUT_S), daemon.output()
-
-
-def state(kubelet: KubeletEmulator, name: str) -> ResourceState:
-    found = kubelet.resource(name)
-    assert found is not None
-    return found
+from deviceplugin.sim.kubelet import KubeletEmulator
+from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, inject, state, streaming, wait
 
 
 def health_of(kubelet: KubeletEmulator, name: str, uuid_or_index: str) -> set[str]:
@@ -239,11 +158,6 @@ def test_stale_socket_is_replaced(
 
 
 # --- health --------------------------------------------------------------------------------
-
-
-def inject(events: Path, **line: object) -> None:
-    with events.open("a") as out:
-        out.write(json.dumps(line) + "\n")
 
 
 @pytest.fixture

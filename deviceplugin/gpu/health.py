@@ -74,6 +74,7 @@ class HealthState:
         self._version = 0
         self._wakes = 0
         self._changed = threading.Condition()
+        self._listeners: list[Callable[[str, bool, str], None]] = []
 
     def snapshot(self) -> tuple[int, dict[str, bool]]:
         with self._changed:
@@ -89,8 +90,20 @@ class HealthState:
                 self._healthy[uuid] = healthy
             self._version += 1
             self._changed.notify_all()
+            listeners = tuple(self._listeners)
         for uuid in flipped:
             log.warning("gpu health changed", gpu=uuid, healthy=healthy, reason=reason)
+            for listener in listeners:
+                listener(uuid, healthy, reason)
+
+    def add_listener(self, listener: Callable[[str, bool, str], None]) -> None:
+        """Call `listener(uuid, healthy, reason)` after every flip, from the flipping thread."""
+        with self._changed:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str, bool, str], None]) -> None:
+        with self._changed:
+            self._listeners.remove(listener)
 
     def wake(self) -> None:
         """Return every `wait_change` now, changed or not (so a stopping stream ends at once)."""

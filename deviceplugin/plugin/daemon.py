@@ -6,7 +6,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 
@@ -17,6 +17,10 @@ from deviceplugin.config import DaemonConfig, OptionError, load_config
 from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
+from deviceplugin.kube.api import ConfigError, Kube, load_client
+from deviceplugin.kube.events import EventRecorder, Involved
+from deviceplugin.kube.node import NodePublisher
+from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.devices import (
     RESOURCES,
     DeviceList,
@@ -25,6 +29,7 @@ from deviceplugin.plugin.devices import (
     check_layout,
     smallest_factor,
 )
+from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
@@ -98,12 +103,64 @@ class GpuSide:
         self.backend.close()
 
 
-def start_plugins(config: DaemonConfig, gpu: GpuSide) -> Registrar:
+@dataclass
+class KubeSide:
+    """Pod cache, events and node state: everything that talks to the API server. The daemon
+    serves kubelet with or without it, and all of it retries on its own while the API is down."""
+
+    pods: PodCache
+    events: EventRecorder
+    node: NodePublisher
+    health: HealthState
+    on_health: Callable[[str, bool, str], None]
+
+    @staticmethod
+    def connect(config: DaemonConfig, env: Mapping[str, str]) -> Kube | None:
+        """The API client, or None when no API is configured (a warning, not an error)."""
+        if config.kubeconfig is None and not env.get("KUBERNETES_SERVICE_HOST"):
+            log.warning("no Kubernetes API (--kubeconfig, or run in a pod): pods and node state not followed")
+            return None
+        try:
+            return Kube(load_client(config.kubeconfig))
+        except ConfigError as err:
+            raise StartupError(str(err), EXIT_CONFIG) from None
+
+    @classmethod
+    def start(cls, kube: Kube, config: DaemonConfig, gpu: GpuSide, layout: Layout) -> KubeSide:
+        pods = PodCache(kube, config.node_name)
+        events = EventRecorder(kube, config.node_name)
+        node = NodePublisher(
+            kube,
+            config.node_name,
+            lambda: wanted_node_state(config.gpu_strategy, gpu.gpus, gpu.health.snapshot()[1], layout),
+            gpu.health,
+        )
+        index = {g.uuid: g.index for g in gpu.gpus}
+        about = Involved.node(config.node_name, uid=config.node_name)  # kubelet's convention for node events
+
+        def on_health(uuid: str, healthy: bool, reason: str) -> None:
+            message = (
+                f"GPU {index.get(uuid)} ({uuid}) is {'healthy again' if healthy else 'unhealthy'}: {reason}"
+            )
+            if healthy:
+                events.normal(about, "GpuHealthy", message)
+            else:
+                events.warning(about, "GpuUnhealthy", message)
+
+        gpu.health.add_listener(on_health)
+        for part in (pods, events, node):
+            part.start()
+        return cls(pods, events, node, gpu.health, on_health)
+
+    def stop(self) -> None:
+        self.health.remove_listener(self.on_health)
+        self.node.stop()
+        self.pods.stop()
+        self.events.stop()
+
+
+def start_plugins(config: DaemonConfig, gpu: GpuSide, layout: Layout) -> Registrar:
     """Serve every resource of the strategy and keep it registered with kubelet."""
-    try:
-        layout = choose_layout(config, gpu.gpus)
-    except FactorError as err:
-        raise StartupError(str(err), EXIT_CONFIG) from None
     try:
         config.device_plugin_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -125,6 +182,13 @@ def start_plugins(config: DaemonConfig, gpu: GpuSide) -> Registrar:
     return registrar
 
 
+def _layout(config: DaemonConfig, gpu: GpuSide) -> Layout:
+    try:
+        return choose_layout(config, gpu.gpus)
+    except FactorError as err:
+        raise StartupError(str(err), EXIT_CONFIG) from None
+
+
 def _configure_logging(config: DaemonConfig) -> None:
     logs.configure(config.log_format, getattr(logging, config.log_level.upper()))
 
@@ -141,10 +205,16 @@ class Daemon:
         self.env = env
         self.gpu = GpuSide.start(config, env)
         try:
-            self.registrar = start_plugins(config, self.gpu)
+            self.layout = _layout(config, self.gpu)
+            self.api = KubeSide.connect(config, env)
+            self.registrar = start_plugins(config, self.gpu, self.layout)
         except BaseException:
             self.gpu.stop()
             raise
+        self.kube = self._start_kube()
+
+    def _start_kube(self) -> KubeSide | None:
+        return None if self.api is None else KubeSide.start(self.api, self.config, self.gpu, self.layout)
 
     def reload(self, config: DaemonConfig) -> None:
         """Apply a new configuration: plugins are re-served and re-registered; GPUs are
@@ -156,27 +226,36 @@ class Daemon:
         changed_source = _backend_settings(config) != _backend_settings(self.config)
         gpu = GpuSide.start(config, self.env) if changed_source else self.gpu
         try:
-            choose_layout(config, gpu.gpus)
-        except FactorError as err:
+            layout = _layout(config, gpu)
+            api = KubeSide.connect(config, self.env)
+        except StartupError:
             if changed_source:
                 gpu.stop()
-            raise StartupError(str(err), EXIT_CONFIG) from None
+            raise
+        self._stop_kube()
         self.registrar.stop()
         try:
-            self.registrar = start_plugins(config, gpu)
+            self.registrar = start_plugins(config, gpu, layout)
         except StartupError:
-            self.registrar = start_plugins(self.config, self.gpu)
+            self.registrar = start_plugins(self.config, self.gpu, self.layout)
+            self.kube = self._start_kube()
             if changed_source:
                 gpu.stop()
             raise
         if changed_source:
             self.gpu.stop()
-            self.gpu = gpu
-        self.config = config
+        self.config, self.gpu, self.layout, self.api = config, gpu, layout, api
+        self.kube = self._start_kube()
         _configure_logging(config)
         log.info("configuration reloaded")
 
+    def _stop_kube(self) -> None:
+        if self.kube is not None:
+            self.kube.stop()
+            self.kube = None
+
     def stop(self) -> None:
+        self._stop_kube()
         self.registrar.stop()
         self.gpu.stop()
 

@@ -1,0 +1,140 @@
+"""The daemon with the Kubernetes API: node state, events, and outages (API-server emulator over
+HTTP, kubelet emulator over Unix sockets, the daemon as a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.gpu.fake import fake_uuid
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from deviceplugin.sim.kubelet import KubeletEmulator
+from tests.daemons import TIMEOUT_S, Daemon, inject, state, streaming
+
+NODE = "node-1"
+
+
+def wait_until(check: Callable[[], bool], daemon: Daemon, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met in {timeout_s} s\n{daemon.output()}")
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServerEmulator]:
+    with ApiServerEmulator(bookmark_interval_s=0.5) as server:
+        server.create("nodes", {"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "8"}}})
+        yield server
+
+
+@pytest.fixture
+def running(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> tuple[Daemon, Path]:
+    events = workdir / "events.jsonl"
+    kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
+    daemon = start(
+        "--fake-gpus",
+        "2x1000",
+        "--fake-gpu-events",
+        str(events),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--gpu-memory-factor",
+        "auto",
+        "--health-recovery-period",
+        "60",
+    )
+    assert kubelet.wait_for(streaming("volcano.sh/gpu-memory"), TIMEOUT_S), daemon.output()
+    return daemon, events
+
+
+def node_annotations(apiserver: ApiServerEmulator) -> dict[str, str]:
+    node = apiserver.get("nodes", NODE)
+    assert node is not None
+    return dict(node["metadata"].get("annotations") or {})
+
+
+def test_node_state_and_pod_cache(apiserver: ApiServerEmulator, running: tuple[Daemon, Path]) -> None:
+    daemon, _ = running
+    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-memory-factor") == "1", daemon)
+
+    def gpu_number() -> str | None:
+        node = apiserver.get("nodes", NODE) or {}
+        value = node.get("status", {}).get("capacity", {}).get("volcano.sh/gpu-number")
+        return None if value is None else str(value)
+
+    wait_until(lambda: gpu_number() == "2", daemon)
+    wait_until(lambda: "pod cache listed" in daemon.output(), daemon)
+    assert apiserver.requests.count(path="fieldSelector=spec.nodeName%3Dnode-1") >= 2
+
+
+def test_unhealthy_gpu_reaches_the_node_and_an_event(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, running: tuple[Daemon, Path]
+) -> None:
+    daemon, events = running
+    inject(events, xid=79, uuid=fake_uuid(1))
+    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1", daemon)
+    assert state(kubelet, "volcano.sh/gpu-memory").allocatable == 1000
+
+    def event_posted() -> bool:
+        return any(e["reason"] == "GpuUnhealthy" for e in apiserver.list("events", "default"))
+
+    wait_until(event_posted, daemon)
+    (event,) = [e for e in apiserver.list("events", "default") if e["reason"] == "GpuUnhealthy"]
+    assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == NODE
+    assert f"GPU 1 ({fake_uuid(1)}) is unhealthy: Xid 79" in event["message"]
+
+
+def test_api_outage_does_not_stop_the_daemon(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, running: tuple[Daemon, Path]
+) -> None:
+    daemon, events = running
+    wait_until(lambda: "volcano.sh/gpu-memory-factor" in node_annotations(apiserver), daemon)
+    apiserver.faults.error(503)
+    apiserver.drop_watches()
+    inject(events, xid=79, uuid=fake_uuid(0))
+    # kubelet still hears about it: ListAndWatch does not depend on the API server
+    assert kubelet.wait_for(lambda k: state(k, "volcano.sh/gpu-memory").allocatable == 1000, TIMEOUT_S)
+    time.sleep(1)
+    apiserver.faults.clear()
+    apiserver.faults.hang()  # then the API stops answering at all
+    kubelet.restart()
+    assert kubelet.wait_for(lambda k: k.restarts == 1 and streaming("volcano.sh/gpu-memory")(k), TIMEOUT_S)
+    assert daemon.process.poll() is None
+    assert "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver)
+    apiserver.faults.clear()
+    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0", daemon, 30)
+
+
+def test_unusable_kubeconfig_is_a_configuration_error(workdir: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deviceplugin.cli",
+            "run",
+            "--node-name",
+            NODE,
+            "--fake-gpus",
+            "1x100",
+            "--device-plugin-dir",
+            str(workdir / "plugins"),
+            "--kubeconfig",
+            str(workdir / "missing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"cannot use the kubeconfig {workdir / 'missing'}" in done.stderr
