@@ -137,9 +137,23 @@ class Kube:
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node_status, name, dict(patch), _content_type=MERGE_PATCH)
 
-    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Obj:
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        return self._json(self.core.read_namespaced_pod, name, namespace)
+
+    def patch_pod_annotations(
+        self,
+        namespace: str,
+        name: str,
+        annotations: Mapping[str, str | None],
+        resource_version: str | None = None,
+    ) -> Obj:
+        """Merge `annotations` into the pod (None removes a key). With `resource_version` the write
+        only lands on that version of the pod (409 otherwise): for writes whose order matters."""
+        metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
         return self._json(
-            self.core.patch_namespaced_pod, name, namespace, dict(patch), _content_type=MERGE_PATCH
+            self.core.patch_namespaced_pod, name, namespace, {"metadata": metadata}, _content_type=MERGE_PATCH
         )
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:

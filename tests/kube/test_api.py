@@ -1,0 +1,69 @@
+"""The API facade against the emulator: JSON in and out, error classes, retries, preconditions."""
+
+from __future__ import annotations
+
+import pytest
+
+from deviceplugin.kube.api import ApiError, Kube, retry
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from tests.kube.conftest import node_object, pod_object
+
+
+def test_pod_annotation_patch_merges_and_removes(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    apiserver.create("pods", pod_object("p", "node-a"))
+    kube.patch_pod_annotations("default", "p", {"volcano.sh/gpu-assigned": "false", "keep": "1"})
+    patched = kube.patch_pod_annotations("default", "p", {"volcano.sh/gpu-assigned": "true", "keep": None})
+    assert patched["metadata"]["annotations"] == {"volcano.sh/gpu-assigned": "true"}
+    assert kube.get_pod("default", "p")["metadata"]["annotations"] == {"volcano.sh/gpu-assigned": "true"}
+
+
+def test_resource_version_precondition(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    created = apiserver.create("pods", pod_object("p", "node-a"))
+    version = created["metadata"]["resourceVersion"]
+    kube.patch_pod_annotations("default", "p", {"a": "1"}, resource_version=version)
+    with pytest.raises(ApiError) as caught:
+        kube.patch_pod_annotations("default", "p", {"b": "2"}, resource_version=version)  # now stale
+    assert caught.value.conflict and caught.value.reason == "Conflict"
+    assert "b" not in kube.get_pod("default", "p")["metadata"]["annotations"]
+
+
+def test_retry_refreshes_on_conflict(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    apiserver.create("pods", pod_object("p", "node-a"))
+    seen = {"version": "1"}  # stale on purpose
+
+    def refresh() -> None:
+        seen["version"] = kube.get_pod("default", "p")["metadata"]["resourceVersion"]
+
+    result = retry(
+        lambda: kube.patch_pod_annotations("default", "p", {"x": "y"}, resource_version=seen["version"]),
+        "patch pod",
+        deadline_s=5,
+        on_conflict=refresh,
+    )
+    assert result["metadata"]["annotations"]["x"] == "y"
+
+
+def test_transient_errors_are_retried_and_others_are_not(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    apiserver.create("nodes", node_object("node-a"))
+    apiserver.faults.error(503, times=2)
+    assert retry(lambda: kube.get_node("node-a"), "get node", deadline_s=5)["metadata"]["name"] == "node-a"
+    with pytest.raises(ApiError) as caught:
+        retry(lambda: kube.get_node("missing"), "get node", deadline_s=5)
+    assert (caught.value.status, caught.value.reason, caught.value.transient) == (404, "NotFound", False)
+    assert apiserver.requests.count(path="/nodes/missing") == 1
+
+
+def test_deadline_bounds_the_retries(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    apiserver.faults.error(503)
+    with pytest.raises(ApiError) as caught:
+        retry(lambda: kube.get_node("node-a"), "get node", deadline_s=0.5)
+    assert caught.value.transient
+
+
+def test_no_answer_is_transient(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    kube.timeout = (1.0, 0.3)
+    apiserver.faults.hang()
+    with pytest.raises(ApiError) as caught:
+        kube.get_node("node-a")
+    assert caught.value.status == 0 and caught.value.transient
+    apiserver.faults.clear()
