@@ -130,6 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(answer, record)
             else:
                 code = answer.code
+                record()  # before answering, so a client that got its answer finds the request logged
                 self._reply(answer)
         except (_Unanswered, OSError):  # OSError: the client went away mid-answer
             self.close_connection = True
