@@ -1,0 +1,357 @@
+"""The allocation ledger: what this node handed out, durably (SQLite, WAL, synchronous commits).
+
+One row per (pod UID, container, resource) with the GPUs, memory and cores given, kubelet's
+device IDs and the exact response sent, so a repeated Allocate gets the same answer and metrics
+and `inspect` read usage from here. An outbox of API patches is written in the same transaction
+as the allocation it belongs to, so a crash can neither lose nor double one. Rows are released
+(not deleted) when the pod goes away and purged after a retention period.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+SCHEMA_VERSION = 1
+RETENTION_S = 24 * 3600
+
+# Each entry moves the schema from version n to n + 1; never edit one that has shipped.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE allocations (
+        pod_uid TEXT NOT NULL,
+        container TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        pod_name TEXT NOT NULL,
+        device_key TEXT NOT NULL,          -- kubelet's device IDs, sorted, comma-joined
+        device_ids TEXT NOT NULL,          -- JSON list, in kubelet's order
+        response BLOB NOT NULL,            -- the serialized ContainerAllocateResponse
+        state TEXT NOT NULL CHECK (state IN ('allocated', 'released')),
+        allocated_at REAL NOT NULL,
+        released_at REAL,
+        release_reason TEXT,
+        PRIMARY KEY (pod_uid, container, resource)
+    );
+    CREATE INDEX allocations_by_devices ON allocations (resource, device_key) WHERE state = 'allocated';
+    CREATE TABLE allocation_gpus (
+        pod_uid TEXT NOT NULL,
+        container TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        position INTEGER NOT NULL,         -- the device's place in the container's list
+        gpu_uuid TEXT NOT NULL,
+        gpu_index INTEGER NOT NULL,
+        memory INTEGER NOT NULL,           -- MiB
+        cores INTEGER NOT NULL,            -- percent of the GPU's compute
+        PRIMARY KEY (pod_uid, container, resource, position),
+        FOREIGN KEY (pod_uid, container, resource) REFERENCES allocations ON DELETE CASCADE
+    );
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        target TEXT NOT NULL CHECK (target IN ('pod', 'node')),
+        namespace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        patch TEXT NOT NULL,               -- JSON: {"annotations": {...}} (null removes a key)
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL NOT NULL,
+        last_error TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
+)
+
+
+class LedgerError(Exception):
+    """The ledger file cannot be used (unreadable, from a newer version of this program)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """What one container holds of one GPU."""
+
+    uuid: str
+    index: int
+    memory: int
+    cores: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    container: str
+    resource: str
+    gpus: tuple[GpuShare, ...]
+    device_ids: tuple[str, ...]
+    response: bytes
+    allocated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """An annotation patch to apply to a pod or to the node."""
+
+    target: str  # "pod" or "node"
+    namespace: str
+    name: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    id: int
+    patch: Patch
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    uuid: str
+    index: int
+    memory: int
+    cores: int
+    pods: int
+
+
+def device_key(device_ids: Iterable[str]) -> str:
+    return ",".join(sorted(device_ids))
+
+
+class Ledger:
+    """Thread-safe: one connection, one lock; every write is one transaction."""
+
+    def __init__(self, path: Path, clock: Any = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before Allocate answers
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+            rows = self._db.execute(
+                "SELECT pod_uid, container, resource FROM allocations WHERE state = 'allocated'"
+            )
+            self._served = {(uid, container, resource) for uid, container, resource in rows.fetchall()}
+        except sqlite3.Error as err:
+            raise LedgerError(f"ledger {path}: {err}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}; this program knows up to {SCHEMA_VERSION}"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            with self._transaction() as db:
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number + 1}")
+            log.info("ledger schema migrated", path=str(self.path), version=number + 1)
+
+    # --- allocations --------------------------------------------------------------------------
+
+    def record(self, allocation: Allocation, patches: Iterable[Patch] = ()) -> Allocation:
+        """Store a served container and the patches it calls for, atomically. Returns the row as
+        stored: an existing allocated row for the same key wins (the container was served)."""
+        now = self._clock()
+        key = (allocation.pod_uid, allocation.container, allocation.resource)
+        gpus = [
+            (*key, position, g.uuid, g.index, g.memory, g.cores) for position, g in enumerate(allocation.gpus)
+        ]
+        with self._lock:  # held past the commit, so the in-memory set follows committed rows only
+            with self._transaction() as db:
+                existing = self._get(db, *key)
+                if existing is not None:
+                    return existing
+                db.execute(
+                    "DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", key
+                )
+                db.execute(
+                    "INSERT INTO allocations (pod_uid, container, resource, namespace, pod_name,"
+                    " device_key, device_ids, response, state, allocated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'allocated', ?)",
+                    (
+                        *key,
+                        allocation.namespace,
+                        allocation.pod_name,
+                        device_key(allocation.device_ids),
+                        json.dumps(list(allocation.device_ids)),
+                        allocation.response,
+                        now,
+                    ),
+                )
+                db.executemany("INSERT INTO allocation_gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus)
+                self._enqueue(db, patches, now)
+            self._served.add(key)
+        return dataclasses.replace(allocation, allocated_at=now)
+
+    def _get(self, db: sqlite3.Connection, pod_uid: str, container: str, resource: str) -> Allocation | None:
+        row = db.execute(
+            "SELECT * FROM allocations"
+            " WHERE pod_uid = ? AND container = ? AND resource = ? AND state = 'allocated'",
+            (pod_uid, container, resource),
+        ).fetchone()
+        return None if row is None else self._allocation(db, row)
+
+    def _allocation(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> Allocation:
+        (pod_uid, container, resource, namespace, pod_name, _, device_ids, response, _, allocated_at, *_) = (
+            row
+        )
+        gpus = db.execute(
+            "SELECT gpu_uuid, gpu_index, memory, cores FROM allocation_gpus"
+            " WHERE pod_uid = ? AND container = ? AND resource = ? ORDER BY position",
+            (pod_uid, container, resource),
+        ).fetchall()
+        return Allocation(
+            pod_uid=pod_uid,
+            namespace=namespace,
+            pod_name=pod_name,
+            container=container,
+            resource=resource,
+            gpus=tuple(GpuShare(*gpu) for gpu in gpus),
+            device_ids=tuple(json.loads(device_ids)),
+            response=bytes(response),
+            allocated_at=allocated_at,
+        )
+
+    def get(self, pod_uid: str, container: str, resource: str) -> Allocation | None:
+        with self._lock:
+            return self._get(self._db, pod_uid, container, resource)
+
+    def find_by_devices(self, resource: str, device_ids: Iterable[str]) -> Allocation | None:
+        """The live allocation that got exactly these kubelet device IDs (a repeated Allocate)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM allocations WHERE resource = ? AND device_key = ? AND state = 'allocated'",
+                (resource, device_key(device_ids)),
+            ).fetchone()
+            return None if row is None else self._allocation(self._db, row)
+
+    def active(self) -> list[Allocation]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM allocations WHERE state = 'allocated' ORDER BY allocated_at"
+            )
+            return [self._allocation(self._db, row) for row in rows.fetchall()]
+
+    def served(self) -> frozenset[tuple[str, str, str]]:
+        """(pod UID, container, resource) of every live allocation (kept in memory: Allocate reads
+        it on every call)."""
+        with self._lock:
+            return frozenset(self._served)
+
+    def release_pod(self, pod_uid: str, reason: str) -> int:
+        """Mark every live allocation of the pod released; returns how many."""
+        with self._lock:
+            if not any(key[0] == pod_uid for key in self._served):
+                return 0  # the common case for pod events: nothing to write
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE allocations SET state = 'released', released_at = ?, release_reason = ?"
+                " WHERE pod_uid = ? AND state = 'allocated'",
+                (self._clock(), reason, pod_uid),
+            )
+            released = cursor.rowcount
+            self._served = {key for key in self._served if key[0] != pod_uid}
+        if released:
+            log.info("ledger released", pod_uid=pod_uid, containers=released, reason=reason)
+        return released
+
+    def purge(self, retention_s: float = RETENTION_S) -> int:
+        """Delete rows released longer ago than the retention."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "DELETE FROM allocations WHERE state = 'released' AND released_at < ?",
+                (self._clock() - retention_s,),
+            )
+            return cursor.rowcount
+
+    def usage_by_gpu(self) -> list[GpuUsage]:
+        """Memory, cores and pods per GPU over the live allocations."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT g.gpu_uuid, g.gpu_index, SUM(g.memory), SUM(g.cores), COUNT(DISTINCT g.pod_uid)"
+                " FROM allocation_gpus g JOIN allocations a USING (pod_uid, container, resource)"
+                " WHERE a.state = 'allocated' GROUP BY g.gpu_uuid, g.gpu_index ORDER BY g.gpu_index"
+            ).fetchall()
+        return [GpuUsage(*row) for row in rows]
+
+    # --- outbox -------------------------------------------------------------------------------
+
+    def _enqueue(self, db: sqlite3.Connection, patches: Iterable[Patch], now: float) -> None:
+        db.executemany(
+            "INSERT INTO outbox (target, namespace, name, patch, next_attempt_at, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (p.target, p.namespace, p.name, json.dumps({"annotations": dict(p.annotations)}), now, now)
+                for p in patches
+            ],
+        )
+
+    def enqueue(self, patches: Iterable[Patch]) -> None:
+        with self._transaction() as db:
+            self._enqueue(db, patches, self._clock())
+
+    def due(self, limit: int = 50) -> list[OutboxEntry]:
+        """Outbox entries whose next attempt is due, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, target, namespace, name, patch, attempts FROM outbox"
+                " WHERE next_attempt_at <= ? ORDER BY id LIMIT ?",
+                (self._clock(), limit),
+            ).fetchall()
+        return [
+            OutboxEntry(id, Patch(target, namespace, name, json.loads(patch)["annotations"]), attempts)
+            for id, target, namespace, name, patch, attempts in rows
+        ]
+
+    def next_due_at(self) -> float | None:
+        with self._lock:
+            return self._db.execute("SELECT MIN(next_attempt_at) FROM outbox").fetchone()[0]  # type: ignore[no-any-return]
+
+    def done(self, entry_id: int) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM outbox WHERE id = ?", (entry_id,))
+
+    def retry_later(self, entry_id: int, error: str, delay_s: float) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
+                (error, self._clock() + delay_s, entry_id),
+            )
+
+    def outbox_size(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])

@@ -1,0 +1,148 @@
+"""The allocation ledger: durable rows, idempotent records, outbox, release, usage, schema."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.ledger import SCHEMA_VERSION, Allocation, GpuShare, Ledger, LedgerError, Patch
+
+
+def allocation(
+    uid: str = "uid-a", container: str = "main", ids: tuple[str, ...] = ("0-1", "0-2"), memory: int = 2048
+) -> Allocation:
+    return Allocation(
+        pod_uid=uid,
+        namespace="ml",
+        pod_name=f"pod-{uid}",
+        container=container,
+        resource="volcano.sh/gpu-memory",
+        gpus=(GpuShare("GPU-0", 0, memory),),
+        device_ids=ids,
+        response=b"\x0a\x01x",
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "state" / "ledger.db")
+
+
+def test_record_and_read_back(ledger: Ledger) -> None:
+    stored = ledger.record(
+        allocation(), [Patch("pod", "ml", "pod-uid-a", {"volcano.sh/gpu-assigned": "true"})]
+    )
+    assert stored.allocated_at > 0
+    again = ledger.get("uid-a", "main", "volcano.sh/gpu-memory")
+    assert again == stored
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-2", "0-1"]) == stored  # order does not matter
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-1"]) is None
+    assert ledger.served() == {("uid-a", "main", "volcano.sh/gpu-memory")}
+    (entry,) = ledger.due()
+    assert entry.patch == Patch("pod", "ml", "pod-uid-a", {"volcano.sh/gpu-assigned": "true"})
+
+
+def test_a_second_record_for_the_same_container_keeps_the_first(ledger: Ledger) -> None:
+    first = ledger.record(allocation(), [Patch("node", "", "n", {"gpu": None})])
+    second = ledger.record(allocation(ids=("0-7",)), [Patch("node", "", "n", {"gpu": None})])
+    assert second == first
+    assert len(ledger.active()) == 1 and ledger.outbox_size() == 1  # no doubled patch either
+
+
+def test_release_and_usage(ledger: Ledger) -> None:
+    ledger.record(allocation("a", memory=1024))
+    ledger.record(allocation("b", ids=("0-5",), memory=512))
+    ledger.record(allocation("b", container="side", ids=("0-6",), memory=256))
+    (usage,) = ledger.usage_by_gpu()
+    assert (usage.uuid, usage.memory, usage.pods) == ("GPU-0", 1792, 2)
+    assert ledger.release_pod("b", "pod deleted") == 2
+    assert ledger.release_pod("b", "again") == 0
+    assert [u.memory for u in ledger.usage_by_gpu()] == [1024]
+    assert ledger.served() == {("a", "main", "volcano.sh/gpu-memory")}
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-5"]) is None
+
+
+def test_released_container_can_be_served_again(ledger: Ledger) -> None:
+    ledger.record(allocation())
+    ledger.release_pod("uid-a", "test")
+    fresh = ledger.record(allocation(ids=("0-9",)))
+    assert fresh.device_ids == ("0-9",)
+    assert [a.device_ids for a in ledger.active()] == [("0-9",)]
+
+
+def test_purge_drops_old_released_rows(tmp_path: Path) -> None:
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now[0])
+    ledger.record(allocation("old"))
+    ledger.record(allocation("live", ids=("0-3",)))
+    ledger.release_pod("old", "test")
+    now[0] += 10
+    assert ledger.purge(retention_s=60) == 0
+    now[0] += 100
+    assert ledger.purge(retention_s=60) == 1
+    assert [a.pod_uid for a in ledger.active()] == ["live"]
+
+
+def test_outbox_retries_and_completion(tmp_path: Path) -> None:
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now[0])
+    ledger.enqueue([Patch("node", "", "n", {"gpu": None}), Patch("pod", "ml", "p", {"a": "1"})])
+    first, second = ledger.due()
+    ledger.retry_later(first.id, "503", 5.0)
+    assert [e.id for e in ledger.due()] == [second.id]
+    ledger.done(second.id)
+    assert ledger.due() == []
+    now[0] += 5
+    (again,) = ledger.due()
+    assert again.attempts == 1
+    ledger.done(again.id)
+    assert ledger.outbox_size() == 0
+
+
+def test_rows_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    Ledger(path).record(allocation(), [Patch("pod", "ml", "p", {"a": "1"})])
+    reopened = Ledger(path)
+    assert reopened.served() == {("uid-a", "main", "volcano.sh/gpu-memory")}
+    assert reopened.outbox_size() == 1
+
+
+def test_commit_is_durable_across_kill_9(tmp_path: Path) -> None:
+    """A record that returned is on disk even if the process dies right after."""
+    path = tmp_path / "l.db"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from deviceplugin.ledger import Allocation, GpuShare, Ledger
+        ledger = Ledger(Path({str(path)!r}))
+        gpu = (GpuShare("GPU-0", 0, 1),)
+        for n in range(20):
+            ledger.record(Allocation(f"uid-{{n}}", "ns", "p", "c", "r", gpu, (str(n),), b""))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], check=False)
+    assert done.returncode == -9
+    assert len(Ledger(path).active()) == 20
+
+
+def test_schema_version_and_newer_files_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    Ledger(path).close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(LedgerError, match="schema version 2; this program knows up to 1"):
+        Ledger(path)
+
+
+def test_unusable_path_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises((LedgerError, OSError)):
+        Ledger(blocker / "ledger.db")
