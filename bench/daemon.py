@@ -86,6 +86,8 @@ def main() -> int:
         "0.2",
         "--log-level",
         "warning",
+        "--state-dir",
+        str(work / "state"),
     ]
     try:
         with KubeletEmulator(work / "dp") as kubelet, ApiServerEmulator() as apiserver:

@@ -44,6 +44,9 @@ class DaemonConfig:
     hook_path: Path = DEFAULT_HOOK_PATH
     vgpu_split_count: int = 10
     health_recovery_period: float = 60.0
+    allocate_timeout: float = 5.0
+    reconcile_interval: float = 10.0
+    release_grace_period: float = 60.0
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -145,6 +148,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "health-recovery-period", "HEALTH_RECOVERY_PERIOD", _seconds, "quiet seconds before a GPU recovers"
     ),
+    Option(
+        "allocate-timeout", "ALLOCATE_TIMEOUT", _seconds, "seconds an Allocate may wait to identify its pod"
+    ),
+    Option(
+        "reconcile-interval", "RECONCILE_INTERVAL", _seconds, "seconds between ledger checks against kubelet"
+    ),
+    Option("release-grace-period", "RELEASE_GRACE_PERIOD", _seconds, "seconds a container may be unlisted"),
     Option("log-format", "LOG_FORMAT", _choice("text", "json"), "text | json"),
     Option("log-level", "LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
 )

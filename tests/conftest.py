@@ -33,7 +33,15 @@ def start(workdir: Path) -> Iterator[Callable[..., Daemon]]:
     running: list[Daemon] = []
 
     def launch(*args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(workdir / "plugins", "--node-name", "node-1", *args, env=env)
+        daemon = Daemon(
+            workdir / "plugins",
+            "--node-name",
+            "node-1",
+            "--state-dir",
+            str(workdir / "state"),
+            *args,
+            env=env,
+        )
         running.append(daemon)
         return daemon
 

@@ -44,6 +44,7 @@ class PodCache:
         self._stop = threading.Event()
         self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[str, Obj], None]] = []
 
     # --- readers ------------------------------------------------------------------------------
 
@@ -83,6 +84,15 @@ class PodCache:
     def wait_synced(self, timeout_s: float) -> bool:
         return self.wait_until(lambda cache: cache._watching, timeout_s)
 
+    def add_listener(self, listener: Callable[[str, Obj], None]) -> None:
+        """Call `listener(kind, pod)` for every ADDED, MODIFIED and DELETED pod (a pod missing from
+        a relist counts as DELETED), from the cache's thread, after the cache has changed."""
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, pod: Obj) -> None:
+        for listener in self._listeners:
+            listener(kind, pod)
+
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -113,8 +123,13 @@ class PodCache:
     def _replace(self, items: list[Obj]) -> None:
         mine = {_uid(pod): pod for pod in items if self._on_node(pod)}
         with self._cond:
+            gone = [pod for uid, pod in self._pods.items() if uid not in mine]
             self._pods = mine
             self._cond.notify_all()
+        for pod in gone:
+            self._notify("DELETED", pod)
+        for pod in mine.values():
+            self._notify("MODIFIED", pod)
 
     def _on_node(self, pod: Obj) -> bool:
         # The selector already filters; this guards against ever holding another node's pod.
@@ -128,12 +143,14 @@ class PodCache:
             raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "watch error")))
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             uid = _uid(obj)
+            present = kind != "DELETED" and self._on_node(obj)
             with self._cond:
-                if kind != "DELETED" and self._on_node(obj):
+                if present:
                     self._pods[uid] = obj
                 else:
                     self._pods.pop(uid, None)
                 self._cond.notify_all()
+            self._notify(str(kind) if present else "DELETED", obj)
         return _version(obj)
 
     def _watch(self, version: str) -> str:

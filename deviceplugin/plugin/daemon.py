@@ -21,6 +21,8 @@ from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.node import NodePublisher
 from deviceplugin.kube.podcache import PodCache
+from deviceplugin.ledger import Ledger, LedgerError
+from deviceplugin.plugin.allocate import AllocationStats, GpushareAllocator
 from deviceplugin.plugin.devices import (
     RESOURCES,
     DeviceList,
@@ -30,7 +32,9 @@ from deviceplugin.plugin.devices import (
     smallest_factor,
 )
 from deviceplugin.plugin.nodestate import wanted_node_state
+from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.registrar import Registrar
+from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
 
@@ -105,12 +109,13 @@ class GpuSide:
 
 @dataclass
 class KubeSide:
-    """Pod cache, events and node state: everything that talks to the API server. The daemon
-    serves kubelet with or without it, and all of it retries on its own while the API is down."""
+    """Pod cache, events, node state and the outbox: everything that talks to the API server. The
+    daemon serves kubelet with or without it, and all of it retries on its own while the API is down."""
 
     pods: PodCache
     events: EventRecorder
     node: NodePublisher
+    outbox: OutboxWorker
     health: HealthState
     on_health: Callable[[str, bool, str], None]
 
@@ -126,7 +131,9 @@ class KubeSide:
             raise StartupError(str(err), EXIT_CONFIG) from None
 
     @classmethod
-    def start(cls, kube: Kube, config: DaemonConfig, gpu: GpuSide, layout: Layout) -> KubeSide:
+    def start(
+        cls, kube: Kube, config: DaemonConfig, gpu: GpuSide, layout: Layout, ledger: Ledger
+    ) -> KubeSide:
         pods = PodCache(kube, config.node_name)
         events = EventRecorder(kube, config.node_name)
         node = NodePublisher(
@@ -135,6 +142,7 @@ class KubeSide:
             lambda: wanted_node_state(config.gpu_strategy, gpu.gpus, gpu.health.snapshot()[1], layout),
             gpu.health,
         )
+        outbox = OutboxWorker(ledger, kube)
         index = {g.uuid: g.index for g in gpu.gpus}
         about = Involved.node(config.node_name, uid=config.node_name)  # kubelet's convention for node events
 
@@ -148,38 +156,90 @@ class KubeSide:
                 events.warning(about, "GpuUnhealthy", message)
 
         gpu.health.add_listener(on_health)
-        for part in (pods, events, node):
+        for part in (pods, events, node, outbox):
             part.start()
-        return cls(pods, events, node, gpu.health, on_health)
+        return cls(pods, events, node, outbox, gpu.health, on_health)
 
     def stop(self) -> None:
         self.health.remove_listener(self.on_health)
-        self.node.stop()
-        self.pods.stop()
-        self.events.stop()
+        for part in (self.node, self.outbox, self.pods, self.events):
+            part.stop()
 
 
-def start_plugins(config: DaemonConfig, gpu: GpuSide, layout: Layout) -> Registrar:
-    """Serve every resource of the strategy and keep it registered with kubelet."""
-    try:
-        config.device_plugin_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise StartupError(
-            f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
-        ) from None
-    servers = [
-        PluginServer(
-            DevicePluginService(DeviceList(resource, gpu.gpus, layout), gpu.health), config.device_plugin_dir
+NO_API = (
+    grpc.StatusCode.FAILED_PRECONDITION,
+    "no Kubernetes API configured (--kubeconfig, or run in a pod): an Allocate cannot be matched to its pod",
+)
+NOT_YET = (grpc.StatusCode.UNIMPLEMENTED, "vGPU allocation is not served by this build yet")
+
+
+def _service(
+    config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
+) -> DevicePluginService:
+    if config.gpu_strategy == "vgpu":
+        return DevicePluginService(devices, gpu.health, unavailable=NOT_YET)
+    if services.kube is None:
+        return DevicePluginService(devices, gpu.health, unavailable=NO_API)
+    allocator = GpushareAllocator(
+        devices,
+        gpu.health,
+        services.kube.pods,
+        services.ledger,
+        services.kube.events,
+        node_name=config.node_name,
+        id_strategy=config.device_id_strategy,
+        timeout_s=config.allocate_timeout,
+        stats=services.stats,
+        on_outbox=services.kube.outbox.wake,
+    )
+    return DevicePluginService(devices, gpu.health, allocator)
+
+
+@dataclass
+class Services:
+    """Everything a reload rebuilds: the API side (when configured), the release loop and the
+    kubelet-facing plugins."""
+
+    ledger: Ledger
+    stats: AllocationStats
+    kube: KubeSide | None = None
+    releaser: Releaser | None = None
+    registrar: Registrar | None = None
+
+    def start(self, config: DaemonConfig, api: Kube | None, gpu: GpuSide, layout: Layout) -> None:
+        try:
+            config.device_plugin_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StartupError(
+                f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
+            ) from None
+        self.kube = None if api is None else KubeSide.start(api, config, gpu, layout, self.ledger)
+        self.releaser = Releaser(
+            self.ledger,
+            self.kube.pods if self.kube else None,
+            config.pod_resources_socket,
+            interval_s=config.reconcile_interval,
+            grace_s=config.release_grace_period,
         )
-        for resource in RESOURCES[config.gpu_strategy]
-    ]
-    registrar = Registrar(servers, config.kubelet_socket)
-    try:
-        registrar.start()
-    except (OSError, RuntimeError, grpc.RpcError) as err:
-        registrar.stop()
-        raise StartupError(f"cannot serve in {config.device_plugin_dir}: {err}") from None
-    return registrar
+        self.releaser.start()
+        servers = [
+            PluginServer(
+                _service(config, DeviceList(resource, gpu.gpus, layout), gpu, self), config.device_plugin_dir
+            )
+            for resource in RESOURCES[config.gpu_strategy]
+        ]
+        self.registrar = Registrar(servers, config.kubelet_socket)
+        try:
+            self.registrar.start()
+        except (OSError, RuntimeError, grpc.RpcError) as err:
+            self.stop()
+            raise StartupError(f"cannot serve in {config.device_plugin_dir}: {err}") from None
+
+    def stop(self) -> None:
+        for part in (self.registrar, self.releaser, self.kube):
+            if part is not None:
+                part.stop()
+        self.registrar = self.releaser = self.kube = None
 
 
 def _layout(config: DaemonConfig, gpu: GpuSide) -> Layout:
@@ -187,6 +247,13 @@ def _layout(config: DaemonConfig, gpu: GpuSide) -> Layout:
         return choose_layout(config, gpu.gpus)
     except FactorError as err:
         raise StartupError(str(err), EXIT_CONFIG) from None
+
+
+def _open_ledger(config: DaemonConfig) -> Ledger:
+    try:
+        return Ledger(config.state_dir / "ledger.db")
+    except (LedgerError, OSError) as err:
+        raise StartupError(f"--state-dir {config.state_dir}: {err}", EXIT_CONFIG) from None
 
 
 def _configure_logging(config: DaemonConfig) -> None:
@@ -203,18 +270,16 @@ class Daemon:
     def __init__(self, config: DaemonConfig, env: Mapping[str, str]) -> None:
         self.config = config
         self.env = env
+        self.stats = AllocationStats()
         self.gpu = GpuSide.start(config, env)
         try:
             self.layout = _layout(config, self.gpu)
             self.api = KubeSide.connect(config, env)
-            self.registrar = start_plugins(config, self.gpu, self.layout)
+            self.services = Services(_open_ledger(config), self.stats)
+            self.services.start(config, self.api, self.gpu, self.layout)
         except BaseException:
             self.gpu.stop()
             raise
-        self.kube = self._start_kube()
-
-    def _start_kube(self) -> KubeSide | None:
-        return None if self.api is None else KubeSide.start(self.api, self.config, self.gpu, self.layout)
 
     def reload(self, config: DaemonConfig) -> None:
         """Apply a new configuration: plugins are re-served and re-registered; GPUs are
@@ -228,35 +293,35 @@ class Daemon:
         try:
             layout = _layout(config, gpu)
             api = KubeSide.connect(config, self.env)
+            ledger = (
+                _open_ledger(config) if config.state_dir != self.config.state_dir else self.services.ledger
+            )
         except StartupError:
             if changed_source:
                 gpu.stop()
             raise
-        self._stop_kube()
-        self.registrar.stop()
+        self.services.stop()
+        services = Services(ledger, self.stats)
         try:
-            self.registrar = start_plugins(config, gpu, layout)
+            services.start(config, api, gpu, layout)
         except StartupError:
-            self.registrar = start_plugins(self.config, self.gpu, self.layout)
-            self.kube = self._start_kube()
+            self.services.start(self.config, self.api, self.gpu, self.layout)
             if changed_source:
                 gpu.stop()
+            if ledger is not self.services.ledger:
+                ledger.close()
             raise
         if changed_source:
             self.gpu.stop()
-        self.config, self.gpu, self.layout, self.api = config, gpu, layout, api
-        self.kube = self._start_kube()
+        if ledger is not self.services.ledger:
+            self.services.ledger.close()
+        self.config, self.gpu, self.layout, self.api, self.services = config, gpu, layout, api, services
         _configure_logging(config)
         log.info("configuration reloaded")
 
-    def _stop_kube(self) -> None:
-        if self.kube is not None:
-            self.kube.stop()
-            self.kube = None
-
     def stop(self) -> None:
-        self._stop_kube()
-        self.registrar.stop()
+        self.services.stop()
+        self.services.ledger.close()
         self.gpu.stop()
 
 

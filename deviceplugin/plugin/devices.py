@@ -252,3 +252,16 @@ class DeviceList:
             self._message = b"".join(self._chunk(g, ok) for g, ok in zip(self.gpus, key, strict=True))
             self._key = key
         return self._message
+
+    def gpu_of(self, device_id: str) -> GpuInfo | None:
+        """The GPU a device ID of this resource belongs to, None when it is not one of ours."""
+        if self.resource.pattern == "uuid":
+            return next((gpu for gpu in self.gpus if gpu.uuid == device_id), None)
+        prefix, _, number = device_id.rpartition("-")
+        if not number.isdigit():
+            return None
+        for gpu in self.gpus:
+            runs = id_runs(self.resource, gpu, self.layout)
+            if runs and prefix == runs[0].prefix[:-1] and int(number) < sum(run.count for run in runs):
+                return gpu
+        return None

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.logs import get_log
+from deviceplugin.plugin.allocate import AllocateError, Allocator
 from deviceplugin.plugin.devices import DeviceList
 
 log = get_log(__name__)
@@ -39,9 +40,20 @@ def _serialize(message: Message) -> bytes:
 class DevicePluginService:
     """Serves one resource's device list and follows GPU health."""
 
-    def __init__(self, devices: DeviceList, health: HealthState) -> None:
+    def __init__(
+        self,
+        devices: DeviceList,
+        health: HealthState,
+        allocator: Allocator | None = None,
+        unavailable: tuple[grpc.StatusCode, str] = (
+            grpc.StatusCode.UNIMPLEMENTED,
+            "allocation is not served",
+        ),
+    ) -> None:
         self.devices = devices
         self.health = health
+        self.allocator = allocator
+        self.unavailable = unavailable  # the answer to Allocate when there is no allocator
         self.stopping = threading.Event()
 
     @property
@@ -73,19 +85,40 @@ class DevicePluginService:
     def get_preferred_allocation(
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> pb.PreferredAllocationResponse:
-        return self._unimplemented(context, pb.PreferredAllocationResponse())
+        if self.allocator is None:
+            return self._unavailable(context, pb.PreferredAllocationResponse())
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(deviceIDs=self.allocator.preferred(container))
+                for container in request.container_requests
+            ]
+        )
 
     def allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
-        return self._unimplemented(context, pb.AllocateResponse())
+        if self.allocator is None:
+            return self._unavailable(context, pb.AllocateResponse())
+        if not request.container_requests:
+            context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+            context.set_details(f"{self.resource_name}: Allocate carried no container requests")
+            return pb.AllocateResponse()
+        responses = []
+        for container in request.container_requests:
+            try:
+                responses.append(self.allocator.allocate(list(container.devices_ids)))
+            except AllocateError as err:
+                context.set_code(err.code)
+                context.set_details(str(err))
+                return pb.AllocateResponse()
+        return pb.AllocateResponse(container_responses=responses)
 
     def pre_start_container(
         self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
 
-    def _unimplemented(self, context: grpc.ServicerContext, empty: _Response) -> _Response:
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details(f"{self.resource_name}: allocation is not served yet")
+    def _unavailable(self, context: grpc.ServicerContext, empty: _Response) -> _Response:
+        context.set_code(self.unavailable[0])
+        context.set_details(f"{self.resource_name}: {self.unavailable[1]}")
         return empty
 
     def handler(self) -> grpc.GenericRpcHandler:

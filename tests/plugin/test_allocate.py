@@ -1,0 +1,470 @@
+"""Allocate and GetPreferredAllocation for share and number mode, in process against the
+API-server emulator over HTTP (pod cache, events, outbox) with a real ledger on disk."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.gpu.health import HealthState
+from deviceplugin.kube.api import Kube, load_client
+from deviceplugin.kube.events import EventRecorder
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.ledger import Ledger
+from deviceplugin.plugin.allocate import AllocateError, GpushareAllocator
+from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
+from deviceplugin.plugin.outbox import OutboxWorker
+from deviceplugin.sim.apiserver import ApiServerEmulator
+
+NODE = "node-a"
+MEM, NUM = "volcano.sh/gpu-memory", "volcano.sh/gpu-number"
+GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}{i}{i}", model="Fake GPU", memory_mib=10989) for i in range(3))
+WAIT_S = 10.0
+
+
+@dataclass
+class Rig:
+    apiserver: ApiServerEmulator
+    kube: Kube
+    pods: PodCache
+    ledger: Ledger
+    events: EventRecorder
+    health: HealthState
+    allocator: GpushareAllocator
+    outbox: OutboxWorker
+
+    def pod(
+        self,
+        name: str,
+        containers: list[tuple[str, int]],
+        *,
+        gpu_index: str | None = "0",
+        predicate_time: int | None = 1,
+        init: list[tuple[str, int]] | None = None,
+        node: str = NODE,
+        resource: str = MEM,
+        extra: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        annotations = dict(extra or {})
+        if gpu_index is not None:
+            annotations["volcano.sh/gpu-index"] = gpu_index
+        if predicate_time is not None:
+            annotations["volcano.sh/predicate-time"] = str(predicate_time)
+
+        def spec(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
+            return [
+                {"name": n, "image": "cuda", "resources": {"limits": {resource: str(u)} if u else {}}}
+                for n, u in items
+            ]
+
+        pod = {
+            "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+            "spec": {"nodeName": node, "containers": spec(containers), "initContainers": spec(init or [])},
+        }
+        created = self.apiserver.create("pods", pod)
+        if node == NODE:
+            uid = created["metadata"]["uid"]
+            assert self.pods.wait_until(lambda c: c.get(uid) is not None, WAIT_S)
+        return created
+
+    def events_about(self, name: str) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            found = [e for e in self.apiserver.list("events", "") if e["involvedObject"]["name"] == name]
+            if found:
+                return found
+            time.sleep(0.02)
+        return []
+
+
+def ids(gpu: int, start: int, count: int) -> list[str]:
+    return [f"{gpu}-{n}" for n in range(start, start + count)]
+
+
+def envs(response: pb.ContainerAllocateResponse) -> dict[str, str]:
+    return dict(response.envs)
+
+
+def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeout_s: float = 1.0) -> Rig:
+    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
+    apiserver.create("nodes", {"metadata": {"name": NODE}})
+    kube = Kube(load_client(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    pods = PodCache(kube, NODE)
+    pods.start()
+    assert pods.wait_synced(WAIT_S)
+    ledger = Ledger(tmp_path / "ledger.db")
+    events = EventRecorder(kube, NODE)
+    events.start()
+    health = HealthState(tuple(g.uuid for g in GPUS))
+    devices = DeviceList(RESOURCES[strategy][0], GPUS, Layout())  # type: ignore[index]
+    outbox = OutboxWorker(ledger, kube)
+    allocator = GpushareAllocator(
+        devices, health, pods, ledger, events, node_name=NODE, timeout_s=timeout_s, on_outbox=outbox.wake
+    )
+    return Rig(apiserver, kube, pods, ledger, events, health, allocator, outbox)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServerEmulator]:
+    with ApiServerEmulator(bookmark_interval_s=0.5) as server:
+        yield server
+
+
+@pytest.fixture
+def share(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
+    rig = make_rig(tmp_path, apiserver, "share")
+    yield rig
+    for part in (rig.outbox, rig.pods, rig.events):
+        part.stop()
+    rig.ledger.close()
+
+
+@pytest.fixture
+def number(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
+    rig = make_rig(tmp_path, apiserver, "number")
+    yield rig
+    for part in (rig.outbox, rig.pods, rig.events):
+        part.stop()
+    rig.ledger.close()
+
+
+def fails(rig: Rig, device_ids: list[str], code: grpc.StatusCode, *fragments: str) -> AllocateError:
+    with pytest.raises(AllocateError) as caught:
+        rig.allocator.allocate(device_ids)
+    assert caught.value.code == code, str(caught.value)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+    return caught.value
+
+
+# --- the documented example ----------------------------------------------------------------
+
+
+def test_two_1024_mib_pods_on_gpu_0(share: Rig) -> None:
+    share.pod("first", [("cuda", 1024)], predicate_time=100)
+    share.pod("second", [("cuda", 1024)], predicate_time=200)
+    first = share.allocator.allocate(ids(0, 0, 1024))
+    second = share.allocator.allocate(ids(0, 1024, 1024))
+    for response in (first, second):
+        assert envs(response) == {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-000",
+            "VOLCANO_GPU_ALLOCATED": "1024",
+            "VOLCANO_GPU_TOTAL": "10989",
+            "VOLCANO_GPU_MEMORY_TOTAL": "10989",
+        }
+    assert sorted(a.pod_name for a in share.ledger.active()) == ["first", "second"]
+    assert [(u.index, u.memory, u.pods) for u in share.ledger.usage_by_gpu()] == [(0, 2048, 2)]
+    share.outbox.start()
+
+    def assigned(name: str) -> bool:
+        pod = share.apiserver.get("pods", name, "ml") or {}
+        return bool(pod.get("metadata", {}).get("annotations", {}).get("volcano.sh/gpu-assigned") == "true")
+
+    deadline = time.monotonic() + WAIT_S
+    while not (assigned("first") and assigned("second")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert assigned("first") and assigned("second")
+    assert share.ledger.outbox_size() == 0
+
+
+def test_index_strategy(share: Rig) -> None:
+    share.allocator.id_strategy = "index"
+    share.pod("p", [("cuda", 10)], gpu_index="2")
+    assert envs(share.allocator.allocate(ids(2, 0, 10)))["NVIDIA_VISIBLE_DEVICES"] == "2"
+
+
+# --- resolution ----------------------------------------------------------------------------
+
+
+def test_earliest_predicate_time_first_then_creation_then_uid(share: Rig) -> None:
+    share.pod("late", [("cuda", 100)], predicate_time=300, gpu_index="1")
+    share.pod("early", [("cuda", 100)], predicate_time=100, gpu_index="0")
+    share.pod("unscheduled-time", [("cuda", 100)], predicate_time=None, gpu_index="2")
+    order = [share.ledger.find_by_devices(MEM, d) for d in (ids(0, 0, 100), ids(1, 0, 100), ids(2, 0, 100))]
+    assert order == [None, None, None]
+    served = []
+    for gpu in range(3):
+        share.allocator.allocate(ids(gpu, 0, 100))
+        served.append(share.ledger.find_by_devices(MEM, ids(gpu, 0, 100)))
+    assert [a.pod_name for a in served if a] == ["early", "late", "unscheduled-time"]
+
+
+def test_same_size_pods_admitted_out_of_order_keep_every_gpu_promise(share: Rig) -> None:
+    """Allocate carries no pod identity: whichever pod kubelet admits first receives the earliest
+    scheduled placement. The GPUs handed out are exactly the scheduled ones, one pod each."""
+    share.pod("b-scheduled-second", [("cuda", 512)], predicate_time=20, gpu_index="1")
+    share.pod("a-scheduled-first", [("cuda", 512)], predicate_time=10, gpu_index="0")
+    first = envs(share.allocator.allocate(ids(1, 0, 512)))  # kubelet admits b first
+    second = envs(share.allocator.allocate(ids(0, 0, 512)))
+    assert [first["NVIDIA_VISIBLE_DEVICES"], second["NVIDIA_VISIBLE_DEVICES"]] == ["GPU-000", "GPU-111"]
+    assert sorted((u.index, u.memory) for u in share.ledger.usage_by_gpu()) == [(0, 512), (1, 512)]
+    assert share.allocator.stats.mismatches[MEM] == 2  # and the swap is visible
+
+
+def test_multi_container_pod_is_assigned_after_its_last_gpu_container(share: Rig) -> None:
+    share.pod("multi", [("small", 256), ("sidecar", 0), ("big", 1024)])
+    share.allocator.allocate(ids(0, 0, 256))
+    assert share.ledger.outbox_size() == 0  # not complete yet
+    assert envs(share.allocator.allocate(ids(0, 256, 1024)))["VOLCANO_GPU_ALLOCATED"] == "1024"
+    assert {a.container for a in share.ledger.active()} == {"small", "big"}
+    patches = [e.patch for e in share.ledger.due()]
+    assert [p.annotations for p in patches] == [{"volcano.sh/gpu-assigned": "true"}, {"gpu": None}]
+
+
+def test_init_container_is_served_first(share: Rig) -> None:
+    share.pod("with-init", [("app", 1024)], init=[("prepare", 2048)])
+    init = share.allocator.allocate(ids(0, 0, 2048))
+    app = share.allocator.allocate(ids(0, 0, 1024))  # kubelet reuses the init container's devices
+    assert (envs(init)["VOLCANO_GPU_ALLOCATED"], envs(app)["VOLCANO_GPU_ALLOCATED"]) == ("2048", "1024")
+    assert {a.container for a in share.ledger.active()} == {"prepare", "app"}
+
+
+def test_deleted_foreign_and_assigned_pods_are_not_candidates(share: Rig) -> None:
+    gone = share.pod("gone", [("c", 64)], predicate_time=1)
+    share.kube.core.delete_namespaced_pod("gone", "ml", grace_period_seconds=0)
+    assert share.pods.wait_until(lambda c: c.get(gone["metadata"]["uid"]) is None, WAIT_S)
+    share.pod("eligible", [("c", 64)], predicate_time=2)
+    share.pod("elsewhere", [("c", 64)], predicate_time=0, node="node-b")
+    share.pod("assigned", [("c", 64)], predicate_time=0, extra={"volcano.sh/gpu-assigned": "true"})
+    share.pod("right", [("c", 64)], predicate_time=5)
+    response = share.allocator.allocate(ids(0, 0, 64))
+    assert envs(response)["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+    (served,) = share.ledger.active()
+    assert served.pod_name == "eligible"  # earliest predicate-time among eligible pods
+
+
+def test_terminating_pod_is_skipped(tmp_path: Path) -> None:
+    with ApiServerEmulator(graceful_pod_deletion=True) as server:
+        rig = make_rig(tmp_path, server, "share")
+        try:
+            rig.pod("leaving", [("c", 64)], predicate_time=1)
+            rig.kube.core.delete_namespaced_pod("leaving", "ml")  # graceful: stays, terminating
+
+            def terminating(cache: PodCache) -> bool:
+                return any(bool(p["metadata"].get("deletionTimestamp")) for p in cache.pods())
+
+            assert rig.pods.wait_until(terminating, WAIT_S)
+            rig.pod("staying", [("c", 64)], predicate_time=2)
+            rig.allocator.allocate(ids(0, 0, 64))
+            assert [a.pod_name for a in rig.ledger.active()] == ["staying"]
+        finally:
+            for part in (rig.pods, rig.events):
+                part.stop()
+            rig.ledger.close()
+
+
+def test_a_pod_arriving_during_the_wait_is_served(share: Rig) -> None:
+    share.allocator.timeout_s = 5.0
+    threading.Timer(0.3, lambda: share.pod("late-comer", [("c", 32)])).start()
+    started = time.monotonic()
+    share.allocator.allocate(ids(0, 0, 32))
+    assert time.monotonic() - started < 5.0
+    assert [a.pod_name for a in share.ledger.active()] == ["late-comer"]
+
+
+# --- repeats, parallelism, no API calls ----------------------------------------------------
+
+
+def test_a_repeated_allocate_returns_the_same_response(share: Rig) -> None:
+    share.pod("p", [("c", 100)])
+    first = share.allocator.allocate(ids(0, 0, 100))
+    again = share.allocator.allocate(list(reversed(ids(0, 0, 100))))
+    assert again == first
+    assert len(share.ledger.active()) == 1
+    assert share.allocator.stats.outcomes[(MEM, "repeat")] == 1
+
+
+def test_parallel_allocates_never_serve_a_pod_twice(share: Rig) -> None:
+    for n in range(16):
+        share.pod(f"p{n:02d}", [("c", 100)], predicate_time=n, gpu_index=str(n % 3))
+    results: dict[int, dict[str, str]] = {}
+
+    def call(n: int) -> None:
+        results[n] = envs(share.allocator.allocate(ids(n % 3, (n // 3) * 100, 100)))
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    active = share.ledger.active()
+    assert len(active) == 16 and len({a.pod_uid for a in active}) == 16
+    assert sorted(r["NVIDIA_VISIBLE_DEVICES"] for r in results.values()) == sorted(
+        GPUS[n % 3].uuid for n in range(16)
+    )  # every scheduled GPU handed out exactly as often as the scheduler placed pods on it
+
+
+def test_no_api_request_while_serving_from_the_cache(share: Rig) -> None:
+    for n in range(20):
+        share.pod(f"p{n}", [("c", 10)], predicate_time=n)
+    before = share.apiserver.requests.count()
+    for n in range(20):
+        share.allocator.allocate(ids(0, n * 10, 10))
+    assert share.apiserver.requests.count() == before
+
+
+# --- number mode ---------------------------------------------------------------------------
+
+
+def test_number_mode_gives_each_container_its_slice(number: Rig) -> None:
+    number.pod("two", [("a", 1), ("b", 1)], gpu_index="2,0", resource=NUM)
+    first = number.allocator.allocate(["GPU-222"])
+    second = number.allocator.allocate(["GPU-000"])
+    assert envs(first) == {"NVIDIA_VISIBLE_DEVICES": "GPU-222"}
+    assert envs(second) == {"NVIDIA_VISIBLE_DEVICES": "GPU-000"}
+
+
+def test_number_mode_without_gpu_index_uses_kubelets_gpus(number: Rig) -> None:
+    number.pod("default-scheduled", [("a", 2)], gpu_index=None, predicate_time=None, resource=NUM)
+    response = number.allocator.allocate(["GPU-111", "GPU-222"])
+    assert envs(response) == {"NVIDIA_VISIBLE_DEVICES": "GPU-111,GPU-222"}
+    assert number.allocator.stats.mismatches[NUM] == 0
+
+
+def test_preferred_steers_onto_the_scheduled_gpus(share: Rig) -> None:
+    share.pod("p", [("c", 3)], gpu_index="1")
+    request = pb.ContainerPreferredAllocationRequest(
+        available_deviceIDs=["0-0", "0-1", "2-5", "1-7", "1-8", "1-9"],
+        must_include_deviceIDs=["0-1"],
+        allocation_size=3,
+    )
+    assert share.allocator.preferred(request) == ["0-1", "1-7", "1-8"]
+
+
+def test_preferred_number_mode(number: Rig) -> None:
+    number.pod("p", [("a", 2)], gpu_index="2,1", resource=NUM)
+    request = pb.ContainerPreferredAllocationRequest(
+        available_deviceIDs=["GPU-000", "GPU-111", "GPU-222"], allocation_size=2
+    )
+    assert sorted(number.allocator.preferred(request)) == ["GPU-111", "GPU-222"]
+
+
+def test_mismatched_ids_are_served_as_scheduled_and_reported(share: Rig) -> None:
+    share.pod("p", [("c", 8)], gpu_index="0")
+    response = share.allocator.allocate(ids(1, 0, 8))
+    assert envs(response)["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+    assert share.allocator.stats.mismatches[MEM] == 1
+    (event,) = share.events_about("p")
+    assert event["reason"] == "GpuIdsMismatch"
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "units", "code", "fragments"),
+    [
+        (
+            {"volcano.sh/predicate-time": "yesterday"},
+            8,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ("pod ml/bad container 'c'", "predicate-time 'yesterday' is not a number"),
+        ),
+        (
+            {"volcano.sh/gpu-index": "zero"},
+            8,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ("pod ml/bad container 'c'", "volcano.sh/gpu-index", "'zero' is not a GPU index"),
+        ),
+        (
+            {"volcano.sh/gpu-index": "7"},
+            8,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            ("pod ml/bad container 'c'", "names GPU 7, which node node-a does not have (it has 0, 1, 2)"),
+        ),
+        (
+            {"volcano.sh/gpu-index": "0,1"},
+            8,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ("lists 2 GPUs; a gpu-memory pod lives on one",),
+        ),
+        ({}, 11000, grpc.StatusCode.INVALID_ARGUMENT, ("asks for 11000 MiB; GPU 0 has 10989 MiB",)),
+    ],
+)
+def test_malformed_pods_are_refused_with_an_event(
+    share: Rig, annotations: dict[str, str], units: int, code: grpc.StatusCode, fragments: tuple[str, ...]
+) -> None:
+    share.pod(
+        "bad",
+        [("c", units)],
+        gpu_index=None,
+        predicate_time=None,
+        extra={"volcano.sh/gpu-index": "0", **annotations},
+    )
+    fails(
+        share,
+        [f"0-{n}" for n in range(units)] if units <= 10989 else ids(0, 0, 10989) + ids(1, 0, 11),
+        code,
+        *fragments,
+    )
+    (event,) = share.events_about("bad")
+    assert (event["reason"], event["type"]) == ("GpuAllocationFailed", "Warning")
+    assert fragments[0] in event["message"]
+    assert share.ledger.active() == []
+
+
+def test_unhealthy_gpu_is_refused(share: Rig) -> None:
+    share.health.set(("GPU-111",), healthy=False, reason="Xid 79")
+    share.pod("p", [("c", 8)], gpu_index="1")
+    fails(share, ids(1, 0, 8), grpc.StatusCode.FAILED_PRECONDITION, "GPU 1 (GPU-111), which is unhealthy")
+
+
+def test_share_mode_needs_the_schedulers_gpu_index(share: Rig) -> None:
+    share.pod("default-scheduled", [("c", 8)], gpu_index=None, predicate_time=None)
+    fails(
+        share,
+        ids(0, 0, 8),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "pod ml/default-scheduled container 'c': no volcano.sh/gpu-index annotation",
+    )
+
+
+@pytest.mark.parametrize(
+    ("device_ids", "fragment"),
+    [
+        ([], "Allocate named no device IDs"),
+        (["0-0", "9-1"], "device IDs 9-1 are not devices of this node"),
+        (["0-99999"], "0-99999"),
+    ],
+)
+def test_bad_device_ids(share: Rig, device_ids: list[str], fragment: str) -> None:
+    fails(share, device_ids, grpc.StatusCode.INVALID_ARGUMENT, fragment)
+
+
+def test_no_matching_pod_fails_after_the_wait(share: Rig) -> None:
+    share.pod("other-size", [("c", 10)])
+    started = time.monotonic()
+    fails(
+        share,
+        ids(0, 0, 11),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "node node-a: no pod bound here has a container waiting for 11 unit(s) of volcano.sh/gpu-memory",
+    )
+    assert 0.9 < time.monotonic() - started < 5
+    assert share.events_about(NODE)[0]["reason"] == "GpuAllocationFailed"
+
+
+def test_api_outage_serves_from_the_cache_and_fails_clearly_without_it(share: Rig) -> None:
+    share.pod("cached", [("c", 10)])
+    share.apiserver.faults.error(503)
+    share.apiserver.drop_watches()
+    assert share.pods.wait_until(lambda c: not c.synced, WAIT_S)
+    share.allocator.allocate(ids(0, 0, 10))  # the cache still holds it
+    started = time.monotonic()
+    fails(
+        share,
+        ids(0, 10, 12),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "the pod cache has not heard from the API server",
+    )
+    assert time.monotonic() - started < 3
+    share.apiserver.faults.clear()
