@@ -40,6 +40,7 @@ def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     emulators = sim.add_subparsers(dest="emulator", metavar="EMULATOR", required=True)
     kubelet = emulators.add_parser("kubelet", help="kubelet's device-plugin registration, over real sockets")
     kubelet.add_argument("--dir", type=Path, required=True, help="device-plugin socket directory")
+    kubelet.add_argument("--pod-resources-socket", type=Path, help="also serve the pod-resources API here")
     apiserver = emulators.add_parser("apiserver", help="Kubernetes API server (core/v1) over HTTP")
     apiserver.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
     apiserver.add_argument("--kubeconfig-out", type=Path, help="write a kubeconfig pointing at the emulator")
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "sim":
         if args.emulator == "apiserver":
             return run_apiserver(args.port, args.kubeconfig_out)
-        return run_kubelet(args.dir)
+        return run_kubelet(args.dir, pod_resources_socket=args.pod_resources_socket)
     return _not_yet(command)
 
 

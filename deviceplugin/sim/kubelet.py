@@ -1,4 +1,4 @@
-"""Kubelet device-manager emulator, registration side, over real gRPC on real Unix sockets.
+"""Kubelet device-manager emulator over real gRPC on real Unix sockets.
 
 Behaves like kubelet >= 1.25 (see reference/device-plugin-landscape.md §1.2-1.5):
 
@@ -8,11 +8,13 @@ Behaves like kubelet >= 1.25 (see reference/device-plugin-landscape.md §1.2-1.5
   (a dial failure fails Register), reads ``GetDevicePluginOptions`` and opens one ``ListAndWatch`` stream
   with kubelet's 4 MiB receive limit. Each message replaces the resource's whole device set; when the
   stream breaks, every device of the resource turns unhealthy (capacity kept, allocatable 0).
+- ``admit(pod)`` admits a pod like kubelet's device manager (``admission.py``): per container, init
+  containers first, GetPreferredAllocation, one Allocate per container and resource, a checkpoint
+  that kubelet replays instead of asking the plugin again.
+- With ``pod_resources_socket``, ``v1.PodResourcesLister`` is served there (``podresources.py``).
 - ``restart()`` does to the directory what a kubelet restart does: every socket goes, a new
-  ``kubelet.sock`` appears and plugins must register again.
-
-Admission (GetPreferredAllocation, Allocate) and the pod-resources service will be built on
-``_endpoints``, which keeps each registered plugin's open channel and stub.
+  ``kubelet.sock`` (and pod-resources socket) appears and plugins must register again. The checkpoint,
+  and so every admitted pod, survives.
 """
 
 from __future__ import annotations
@@ -37,9 +39,20 @@ from deviceplugin.api import (
     SUPPORTED_VERSIONS,
     UNHEALTHY,
     deviceplugin_grpc,
+    podresources_grpc,
 )
 from deviceplugin.api import deviceplugin_pb2 as dp
 from deviceplugin.logs import get_log
+from deviceplugin.sim.admission import Admission, Admitter, PluginCallError, PluginView
+from deviceplugin.sim.podresources import (
+    POD_RESOURCES_BURST,
+    POD_RESOURCES_QPS,
+    Allocatable,
+    CallCounter,
+    PodResourcesCalls,
+    PodResourcesService,
+    TokenBucket,
+)
 from deviceplugin.sim.signals import stop_signals
 
 log = get_log(__name__)
@@ -147,8 +160,13 @@ class ResourceState:
         return len(self.devices)
 
     @property
+    def healthy(self) -> tuple[str, ...]:
+        """IDs of the healthy devices, in the plugin's order."""
+        return tuple(device for device, health in self.devices.items() if health == HEALTHY)
+
+    @property
     def allocatable(self) -> int:
-        return sum(1 for health in self.devices.values() if health == HEALTHY)
+        return len(self.healthy)
 
 
 def _stopped(state: ResourceState, stream_error: str | None) -> ResourceState:
@@ -162,7 +180,18 @@ def _stopped(state: ResourceState, stream_error: str | None) -> ResourceState:
     )
 
 
-EventKind = Literal["serving", "registered", "rejected", "devices", "disconnected", "restarted", "stopped"]
+EventKind = Literal[
+    "serving",
+    "registered",
+    "rejected",
+    "devices",
+    "disconnected",
+    "restarted",
+    "stopped",
+    "admitted",
+    "admission-failed",
+    "released",
+]
 _COUNTED: frozenset[EventKind] = frozenset({"devices", "disconnected"})
 
 
@@ -234,6 +263,25 @@ class _Endpoint:
             error = status_text(exc)
         on_end(self, error)
 
+    def get_preferred_allocation(
+        self, request: dp.PreferredAllocationRequest
+    ) -> dp.PreferredAllocationResponse:
+        response: dp.PreferredAllocationResponse = self._unary(self.stub.GetPreferredAllocation, request)
+        return response
+
+    def allocate(self, request: dp.AllocateRequest) -> dp.AllocateResponse:
+        response: dp.AllocateResponse = self._unary(self.stub.Allocate, request)
+        return response
+
+    def _unary(self, method: Any, request: Any) -> Any:
+        # No deadline, like kubelet; restart() and stop() close the channel, which cancels the call.
+        try:
+            return method(request)
+        except grpc.RpcError as exc:
+            raise PluginCallError(status_text(exc)) from exc
+        except ValueError as exc:  # grpc's "closed channel": kubelet let go of the plugin meanwhile
+            raise PluginCallError(f"endpoint {self.resource} has been stopped") from exc
+
     def cancel(self) -> None:
         """End the stream now (fast, unlike closing the channel)."""
         if self._call is not None:
@@ -289,11 +337,16 @@ def _pin_inode(path: Path) -> int | None:
 
 
 class KubeletEmulator:
-    """Kubelet's device manager (registration and ListAndWatch) serving `directory`.
+    """Kubelet's device manager (registration, ListAndWatch, admission) serving `directory`.
 
-    All state sits behind one re-entrant lock and its condition; readers get immutable snapshots.
-    `listener` is called under that lock on every change, in order: keep it quick, and do not call
-    `restart()` or `stop()` from it. Call `start()`/`restart()`/`stop()` from one controlling thread.
+    All registration state sits behind one re-entrant lock and its condition; readers get immutable
+    snapshots. Admission keeps its checkpoint behind its own lock and calls plugins with neither held.
+    `listener` is called under the state lock on every change, in order: keep it quick, and do not call
+    `admit()`, `restart()` or `stop()` from it. Call `start()`/`restart()`/`stop()` from one
+    controlling thread; `admit()` from any (admissions run one at a time).
+
+    `pod_resources_socket`, when given, serves ``v1.PodResourcesLister`` with kubelet's rate limit
+    (`pod_resources_qps`, `pod_resources_burst`).
     """
 
     def __init__(
@@ -303,14 +356,20 @@ class KubeletEmulator:
         max_receive_bytes: int = KUBELET_MAX_MESSAGE_BYTES,
         dial_timeout_s: float = DIAL_TIMEOUT_S,
         listener: Callable[[KubeletEvent], None] | None = None,
+        pod_resources_socket: Path | None = None,
+        pod_resources_qps: float = POD_RESOURCES_QPS,
+        pod_resources_burst: int = POD_RESOURCES_BURST,
     ) -> None:
         self.directory = Path(directory)
         self.socket_path = self.directory / KUBELET_SOCKET_NAME
+        self.pod_resources_socket = None if pod_resources_socket is None else Path(pod_resources_socket)
         self._max_receive_bytes = max_receive_bytes
         self._dial_timeout_s = dial_timeout_s
         self._listener = listener
+        self._pod_resources_limit = (pod_resources_qps, pod_resources_burst)
+        self._pod_resources_calls = CallCounter()
         self._cond = threading.Condition(threading.RLock())
-        self._server: _UnixServer | None = None
+        self._servers: list[_UnixServer] = []
         # Bumped when kubelet goes away (restart, stop): registrations begun before are void.
         self._epoch = 0
         self._generation = 0
@@ -321,40 +380,47 @@ class KubeletEmulator:
         self._registrations: list[Registration] = []
         # Dials and GetDevicePluginOptions calls in flight, cancelled when kubelet goes away.
         self._pending: set[Any] = set()
+        # Kubelet's checkpoint outlives restarts: it is kept on disk.
+        self._admitter = Admitter(self._plugin_view, self._on_admission)
 
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
         with self._cond:
-            if self._server is not None:
+            if self._servers:
                 raise RuntimeError("kubelet emulator already running")
         self.directory.mkdir(parents=True, exist_ok=True)
+        detail = f"path={self.socket_path}"
+        if self.pod_resources_socket is not None:
+            self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
+            detail += f" pod-resources={self.pod_resources_socket}"
         self._serve()
-        self._emit(KubeletEvent("serving", detail=f"path={self.socket_path}"))
+        self._emit(KubeletEvent("serving", detail=detail))
 
     def restart(self) -> None:
-        """Kubelet restart: streams closed, every socket deleted, a new kubelet.sock (new inode)."""
+        """Kubelet restart: streams closed, every socket deleted, new sockets (new inodes)."""
         with self._cond:
-            if self._server is None:
+            if not self._servers:
                 raise RuntimeError("kubelet emulator is not running")
-        pin = _pin_inode(self.socket_path)
+        pins = [pin for pin in map(_pin_inode, self._socket_paths()) if pin is not None]
         try:
             self._shut_down()
             self._serve()
         finally:
-            if pin is not None:
+            for pin in pins:
                 os.close(pin)
         with self._cond:
             self._restarts += 1
             self._emit(KubeletEvent("restarted", detail=f"restarts={self._restarts} path={self.socket_path}"))
 
     def stop(self) -> None:
-        """Stop serving and close every stream; removes kubelet.sock. Idempotent."""
+        """Stop serving and close every stream; removes kubelet's sockets. Idempotent."""
         with self._cond:
-            if self._server is None:
+            if not self._servers:
                 return
         self._shut_down()
-        self.socket_path.unlink(missing_ok=True)
+        for path in self._socket_paths():
+            path.unlink(missing_ok=True)
         self._emit(KubeletEvent("stopped"))
 
     def __enter__(self) -> Self:
@@ -370,22 +436,53 @@ class KubeletEmulator:
         removed = cleanup_plugin_directory(self.directory)
         if removed:
             log.info("removed stale sockets", paths=[path.name for path in removed])
+        servers = [self._serve_registration()]
+        if self.pod_resources_socket is not None:
+            try:
+                servers.append(self._serve_pod_resources(self.pod_resources_socket))
+            except BaseException:
+                servers[0].stop()  # e.g. a pod-resources path too long for a Unix socket
+                raise
+        with self._cond:
+            self._servers = servers
+            self._socket_created_at = time.monotonic()
+
+    def _serve_registration(self) -> _UnixServer:
         service = _RegistrationService(self._register)
-        server = _UnixServer(
+        return _UnixServer(
             self.socket_path,
             lambda grpc_server: deviceplugin_grpc.add_RegistrationServicer_to_server(service, grpc_server),
             "kubelet-registration",
         )
-        with self._cond:
-            self._server = server
-            self._socket_created_at = time.monotonic()
+
+    def _serve_pod_resources(self, path: Path) -> _UnixServer:
+        # A fresh kubelet process has a full token bucket; the call counts carry on across restarts.
+        service = PodResourcesService(
+            self._admitter.admissions,
+            self._allocatable,
+            TokenBucket(*self._pod_resources_limit),
+            self._pod_resources_calls,
+        )
+        return _UnixServer(
+            path,
+            lambda grpc_server: podresources_grpc.add_PodResourcesListerServicer_to_server(
+                service, grpc_server
+            ),
+            "kubelet-podresources",
+        )
+
+    def _socket_paths(self) -> list[Path]:
+        paths = [self.socket_path]
+        if self.pod_resources_socket is not None:
+            paths.append(self.pod_resources_socket)
+        return paths
 
     def _shut_down(self) -> None:
         with self._cond:
             self._epoch += 1
             for future in self._pending:
                 future.cancel()
-            server, self._server = self._server, None
+            servers, self._servers = self._servers, []
             endpoints = list(self._endpoints.values())
             self._endpoints.clear()
             for endpoint in endpoints:
@@ -393,7 +490,7 @@ class KubeletEmulator:
             for name, state in self._resources.items():
                 self._resources[name] = _stopped(state, state.stream_error)
             self._changed()
-        if server is not None:
+        for server in servers:
             server.stop()
         for endpoint in endpoints:
             endpoint.close()
@@ -433,6 +530,11 @@ class KubeletEmulator:
         with self._cond:
             return self._resources.get(name)
 
+    @property
+    def pod_resources_calls(self) -> PodResourcesCalls:
+        """Requests that reached the pod-resources socket, over every restart."""
+        return self._pod_resources_calls.snapshot()
+
     def wait_for(self, predicate: Callable[[KubeletEmulator], bool], timeout_s: float) -> bool:
         """Block until `predicate(self)` holds (checked on every change) or `timeout_s` passes."""
         with self._cond:
@@ -449,6 +551,60 @@ class KubeletEmulator:
             log.debug("kubelet event", event=str(event))
             if self._listener is not None:
                 self._listener(event)
+
+    # ---------------------------------------------------------------- admission
+
+    def admit(self, pod: Mapping[str, Any]) -> Admission:
+        """Admit `pod` (Kubernetes JSON) like kubelet's device manager; see `deviceplugin.sim.admission`."""
+        return self._admitter.admit(pod)
+
+    def reallocate(self, pod_uid: str, container: str, resource: str) -> dp.ContainerAllocateResponse:
+        """Send Allocate again with the checkpointed device IDs; returns and checkpoints the new response."""
+        return self._admitter.reallocate(pod_uid, container, resource)
+
+    def release(self, pod_uid: str) -> bool:
+        """The pod is gone: free its devices, drop its checkpoint entries (kubelet's garbage collection)."""
+        admission = self._admitter.forget(pod_uid)
+        if admission is None:
+            return False
+        self._emit(KubeletEvent("released", detail=f"pod={admission.pod.key} uid={pod_uid}"))
+        return True
+
+    @property
+    def admissions(self) -> tuple[Admission, ...]:
+        """Every admitted pod, in admission order, as the checkpoint holds it."""
+        return self._admitter.admissions()
+
+    def admission(self, pod_uid: str) -> Admission | None:
+        return self._admitter.admission(pod_uid)
+
+    def in_use(self, resource: str) -> dict[str, str]:
+        """Device ID -> UID of the admitted pod holding it."""
+        return self._admitter.in_use(resource)
+
+    def _plugin_view(self, resource: str) -> PluginView | None:
+        with self._cond:
+            state = self._resources.get(resource)
+            if state is None:
+                return None
+            return PluginView(
+                healthy=frozenset(state.healthy),
+                topology=state.topology,
+                preferred_available=state.options.get_preferred_allocation_available,
+                endpoint=self._endpoints.get(resource),
+            )
+
+    def _allocatable(self) -> Allocatable:
+        with self._cond:
+            return {
+                name: {device: state.topology.get(device, ()) for device in state.healthy}
+                for name, state in self._resources.items()
+            }
+
+    def _on_admission(self, admission: Admission) -> None:
+        self._emit(
+            KubeletEvent("admitted" if admission.admitted else "admission-failed", detail=str(admission))
+        )
 
     # ---------------------------------------------------------------- Register
 
@@ -624,8 +780,9 @@ def _print_event(event: KubeletEvent) -> None:
     print(event, flush=True)
 
 
-def run_kubelet(directory: Path) -> int:
+def run_kubelet(directory: Path, *, pod_resources_socket: Path | None = None) -> int:
     """`deviceplugin sim kubelet --dir DIR`: one stdout line per event until SIGTERM or SIGINT."""
-    with stop_signals() as wait_for_signal, KubeletEmulator(directory, listener=_print_event):
+    emulator = KubeletEmulator(directory, listener=_print_event, pod_resources_socket=pod_resources_socket)
+    with stop_signals() as wait_for_signal, emulator:
         wait_for_signal()
     return 0
