@@ -102,12 +102,17 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class Patch:
-    """An annotation patch to apply to a pod or to the node."""
+    """An annotation patch to apply to a pod or to the node (None removes a key)."""
 
     target: str  # "pod" or "node"
     namespace: str
     name: str
     annotations: Mapping[str, str | None]
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.target, self.namespace, self.name, tuple(sorted(self.annotations.items(), key=str)))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,9 @@ class GpuUsage:
     memory: int
     cores: int
     pods: int
+
+
+Key = tuple[str, str, str]  # (pod UID, container, resource): one allocation
 
 
 def device_key(device_ids: Iterable[str]) -> str:
@@ -145,9 +153,13 @@ class Ledger:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
             rows = self._db.execute(
-                "SELECT pod_uid, container, resource FROM allocations WHERE state = 'allocated'"
+                "SELECT pod_uid, container, resource, device_key FROM allocations WHERE state = 'allocated'"
             )
-            self._served = {(uid, container, resource) for uid, container, resource in rows.fetchall()}
+            # The live rows' keys and device keys, mirrored in memory: Allocate asks on every call.
+            self._live: dict[Key, str] = {}
+            self._by_devices: dict[tuple[str, str], Key] = {}
+            for uid, container, resource, devices in rows.fetchall():
+                self._remember((uid, container, resource), devices)
         except sqlite3.Error as err:
             raise LedgerError(f"ledger {path}: {err}") from None
 
@@ -156,15 +168,27 @@ class Ledger:
             self._db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction. `durable=False` skips the fsync (WAL, synchronous=NORMAL): for
+        bookkeeping whose loss in a crash is harmless, like marking an idempotent patch sent."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            if not durable:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            finally:
+                if not durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
+
+    def _remember(self, key: Key, devices: str) -> None:
+        self._live[key] = devices
+        self._by_devices[(key[2], devices)] = key
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -187,12 +211,13 @@ class Ledger:
         stored: an existing allocated row for the same key wins (the container was served)."""
         now = self._clock()
         key = (allocation.pod_uid, allocation.container, allocation.resource)
+        devices = device_key(allocation.device_ids)
         gpus = [
             (*key, position, g.uuid, g.index, g.memory, g.cores) for position, g in enumerate(allocation.gpus)
         ]
         with self._lock:  # held past the commit, so the in-memory set follows committed rows only
             with self._transaction() as db:
-                existing = self._get(db, *key)
+                existing = self._get(db, *key) if key in self._live else None
                 if existing is not None:
                     return existing
                 db.execute(
@@ -206,7 +231,7 @@ class Ledger:
                         *key,
                         allocation.namespace,
                         allocation.pod_name,
-                        device_key(allocation.device_ids),
+                        devices,
                         json.dumps(list(allocation.device_ids)),
                         allocation.response,
                         now,
@@ -214,7 +239,7 @@ class Ledger:
                 )
                 db.executemany("INSERT INTO allocation_gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus)
                 self._enqueue(db, patches, now)
-            self._served.add(key)
+            self._remember(key, devices)
         return dataclasses.replace(allocation, allocated_at=now)
 
     def _get(self, db: sqlite3.Connection, pod_uid: str, container: str, resource: str) -> Allocation | None:
@@ -253,11 +278,8 @@ class Ledger:
     def find_by_devices(self, resource: str, device_ids: Iterable[str]) -> Allocation | None:
         """The live allocation that got exactly these kubelet device IDs (a repeated Allocate)."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT * FROM allocations WHERE resource = ? AND device_key = ? AND state = 'allocated'",
-                (resource, device_key(device_ids)),
-            ).fetchone()
-            return None if row is None else self._allocation(self._db, row)
+            key = self._by_devices.get((resource, device_key(device_ids)))
+            return None if key is None else self._get(self._db, *key)
 
     def active(self) -> list[Allocation]:
         with self._lock:
@@ -270,21 +292,25 @@ class Ledger:
         """(pod UID, container, resource) of every live allocation (kept in memory: Allocate reads
         it on every call)."""
         with self._lock:
-            return frozenset(self._served)
+            return frozenset(self._live)
 
     def release_pod(self, pod_uid: str, reason: str) -> int:
         """Mark every live allocation of the pod released; returns how many."""
         with self._lock:
-            if not any(key[0] == pod_uid for key in self._served):
+            keys = [key for key in self._live if key[0] == pod_uid]
+            if not keys:
                 return 0  # the common case for pod events: nothing to write
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE allocations SET state = 'released', released_at = ?, release_reason = ?"
-                " WHERE pod_uid = ? AND state = 'allocated'",
-                (self._clock(), reason, pod_uid),
-            )
-            released = cursor.rowcount
-            self._served = {key for key in self._served if key[0] != pod_uid}
+            with self._transaction() as db:
+                cursor = db.execute(
+                    "UPDATE allocations SET state = 'released', released_at = ?, release_reason = ?"
+                    " WHERE pod_uid = ? AND state = 'allocated'",
+                    (self._clock(), reason, pod_uid),
+                )
+                released = cursor.rowcount
+            for key in keys:
+                devices = self._live.pop(key)
+                if self._by_devices.get((key[2], devices)) == key:
+                    del self._by_devices[(key[2], devices)]
         if released:
             log.info("ledger released", pod_uid=pod_uid, containers=released, reason=reason)
         return released
@@ -341,12 +367,14 @@ class Ledger:
         with self._lock:
             return self._db.execute("SELECT MIN(next_attempt_at) FROM outbox").fetchone()[0]  # type: ignore[no-any-return]
 
-    def done(self, entry_id: int) -> None:
-        with self._transaction() as db:
-            db.execute("DELETE FROM outbox WHERE id = ?", (entry_id,))
+    def done(self, entry_ids: Iterable[int]) -> None:
+        """Forget sent patches. Not fsynced: after a crash a patch is at worst sent again, and every
+        outbox patch is idempotent."""
+        with self._transaction(durable=False) as db:
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(entry_id,) for entry_id in entry_ids])
 
     def retry_later(self, entry_id: int, error: str, delay_s: float) -> None:
-        with self._transaction() as db:
+        with self._transaction(durable=False) as db:
             db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
                 (error, self._clock() + delay_s, entry_id),

@@ -73,6 +73,8 @@ def test_released_container_can_be_served_again(ledger: Ledger) -> None:
     fresh = ledger.record(allocation(ids=("0-9",)))
     assert fresh.device_ids == ("0-9",)
     assert [a.device_ids for a in ledger.active()] == [("0-9",)]
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-1", "0-2"]) is None
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-9"]) == fresh
 
 
 def test_purge_drops_old_released_rows(tmp_path: Path) -> None:
@@ -95,12 +97,12 @@ def test_outbox_retries_and_completion(tmp_path: Path) -> None:
     first, second = ledger.due()
     ledger.retry_later(first.id, "503", 5.0)
     assert [e.id for e in ledger.due()] == [second.id]
-    ledger.done(second.id)
+    ledger.done([second.id])
     assert ledger.due() == []
     now[0] += 5
     (again,) = ledger.due()
     assert again.attempts == 1
-    ledger.done(again.id)
+    ledger.done([again.id])
     assert ledger.outbox_size() == 0
 
 
@@ -109,6 +111,8 @@ def test_rows_survive_reopening(tmp_path: Path) -> None:
     Ledger(path).record(allocation(), [Patch("pod", "ml", "p", {"a": "1"})])
     reopened = Ledger(path)
     assert reopened.served() == {("uid-a", "main", "volcano.sh/gpu-memory")}
+    assert reopened.find_by_devices("volcano.sh/gpu-memory", ["0-2", "0-1"]) == reopened.active()[0]
+    assert reopened.record(allocation(memory=1)).gpus[0].memory == 2048  # still served: kept
     assert reopened.outbox_size() == 1
 
 

@@ -61,12 +61,12 @@ class OutboxWorker:
             except ApiError as err:
                 if err.status in PERMANENT:
                     log.warning("outbox patch dropped", target=entry.patch.name, error=str(err))
-                    self.ledger.done(entry.id)
+                    self.ledger.done([entry.id])
                 else:
                     delay = min(BACKOFF_START_S * 2**entry.attempts, BACKOFF_MAX_S)
                     self.ledger.retry_later(entry.id, str(err), delay)
                 continue
-            self.ledger.done(entry.id)
+            self.ledger.done([entry.id])
         return self.ledger.outbox_size()
 
     def _run(self) -> None:
