@@ -236,6 +236,15 @@ class DeviceList:
     _chunks: dict[tuple[str, bool], bytes] = field(default_factory=dict, repr=False)
     _key: tuple[bool, ...] | None = field(default=None, repr=False)
     _message: bytes = field(default=b"", repr=False)
+    # ID prefix (or the whole ID, for un-numbered IDs) -> its GPU and how many numbers follow it
+    _owners: dict[str, tuple[GpuInfo, int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for gpu in self.gpus:
+            runs = id_runs(self.resource, gpu, self.layout)
+            if runs:
+                count = sum(run.count for run in runs) if runs[0].numbered else 0
+                self._owners[runs[0].prefix] = (gpu, count)
 
     def _chunk(self, gpu: GpuInfo, healthy: bool) -> bytes:
         key = (gpu.uuid, healthy)
@@ -256,12 +265,11 @@ class DeviceList:
     def gpu_of(self, device_id: str) -> GpuInfo | None:
         """The GPU a device ID of this resource belongs to, None when it is not one of ours."""
         if self.resource.pattern == "uuid":
-            return next((gpu for gpu in self.gpus if gpu.uuid == device_id), None)
-        prefix, _, number = device_id.rpartition("-")
-        if not number.isdigit():
+            owner = self._owners.get(device_id)
+            return None if owner is None else owner[0]
+        prefix, dash, number = device_id.rpartition("-")
+        owner = self._owners.get(prefix + dash)
+        # Only the spelling ListAndWatch advertised: "0-7" is a device, "0-07" and "0-+7" are not.
+        if owner is None or not (number.isascii() and number.isdigit()) or str(int(number)) != number:
             return None
-        for gpu in self.gpus:
-            runs = id_runs(self.resource, gpu, self.layout)
-            if runs and prefix == runs[0].prefix[:-1] and int(number) < sum(run.count for run in runs):
-                return gpu
-        return None
+        return owner[0] if int(number) < owner[1] else None

@@ -12,6 +12,7 @@ from deviceplugin.plugin.devices import (
     DeviceList,
     FactorError,
     Layout,
+    Resource,
     check_layout,
     device_count,
     message_size,
@@ -88,6 +89,33 @@ def test_vgpu_ids() -> None:
     assert [e[0] for e in decode(number)] == [f"{UUID}-0", f"{UUID}-1", f"{UUID}-2"]
     assert [e[0] for e in decode(memory)] == [f"{UUID}-memory-0", f"{UUID}-memory-1"]
     assert [e[0] for e in decode(cores)] == [f"{UUID}-core-{i}" for i in range(100)]
+
+
+@pytest.mark.parametrize("resource", [*RESOURCES["share"], *RESOURCES["number"], *RESOURCES["vgpu"]])
+def test_every_advertised_id_maps_back_to_its_gpu(resource: Resource) -> None:
+    gpus = (gpu(0, 2500), gpu(1, 1200), gpu(10, 300))
+    devices = DeviceList(resource, gpus, Layout(factor=100, split_count=3))
+    advertised = decode(devices.message({g.uuid: True for g in gpus}))
+    for device_id, _, _ in advertised:
+        owner = devices.gpu_of(device_id)
+        assert owner is not None and device_id.startswith((f"{owner.index}-", owner.uuid)), device_id
+
+
+@pytest.mark.parametrize(
+    "device_id",
+    ["0-25", "0-07", "0-+7", "0- 7", "0-٣", "2-0", "1-0-0", "0", "", "-1", "0-", "GPU-unknown-0", "1-12"],
+)
+def test_ids_never_advertised_belong_to_no_gpu(device_id: str) -> None:
+    gpus = (gpu(0, 2500), gpu(1, 1200), gpu(10, 300))
+    devices = DeviceList(RESOURCES["share"][0], gpus, Layout(factor=100))
+    assert devices.gpu_of(device_id) is None
+
+
+def test_uuid_ids_map_only_whole_uuids() -> None:
+    devices = DeviceList(RESOURCES["number"][0], (gpu(0), gpu(1)), Layout())
+    assert devices.gpu_of(gpu(1).uuid) == gpu(1)
+    assert devices.gpu_of(gpu(1).uuid + "-0") is None
+    assert devices.gpu_of(gpu(1).uuid[:-1]) is None
 
 
 @pytest.mark.parametrize("strategy", ["share", "number", "vgpu"])
