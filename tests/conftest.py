@@ -1,4 +1,5 @@
-"""Fixtures for tests that run the daemon: a short temp dir, the kubelet emulator, daemon launcher."""
+"""Shared fixtures: a short temp dir, the kubelet and API-server emulators, the daemon's API
+client, the daemon launcher."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.kube.api import Kube, load_client
+from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import Daemon
 
@@ -23,8 +26,20 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture
+def apiserver() -> Iterator[ApiServerEmulator]:
+    with ApiServerEmulator(bookmark_interval_s=0.5) as server:
+        yield server
+
+
+@pytest.fixture
+def kube(apiserver: ApiServerEmulator, tmp_path: Path) -> Kube:
+    return Kube(load_client(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+
+
+@pytest.fixture
 def kubelet(workdir: Path) -> Iterator[KubeletEmulator]:
-    with KubeletEmulator(workdir / "plugins") as emulator:
+    pod_resources = workdir / "pod-resources.sock"
+    with KubeletEmulator(workdir / "plugins", pod_resources_socket=pod_resources) as emulator:
         yield emulator
 
 
@@ -39,6 +54,8 @@ def start(workdir: Path) -> Iterator[Callable[..., Daemon]]:
             "node-1",
             "--state-dir",
             str(workdir / "state"),
+            "--pod-resources-socket",
+            str(workdir / "pod-resources.sock"),
             *args,
             env=env,
         )

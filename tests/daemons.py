@@ -59,6 +59,16 @@ def wait(kubelet: KubeletEmulator, predicate: Callable[[KubeletEmulator], bool],
     assert kubelet.wait_for(predicate, TIMEOUT_S), daemon.output()
 
 
+def eventually(check: Callable[[], bool], daemon: Daemon | None = None, timeout_s: float = TIMEOUT_S) -> None:
+    """Poll `check` until it holds; fail (with the daemon's output, if any) when it never does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s} s\n{daemon.output()[-4000:] if daemon else ''}")
+
+
 def state(kubelet: KubeletEmulator, name: str) -> ResourceState:
     found = kubelet.resource(name)
     assert found is not None

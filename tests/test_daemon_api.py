@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,25 +14,15 @@ import pytest
 from deviceplugin.gpu.fake import fake_uuid
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import TIMEOUT_S, Daemon, inject, state, streaming
+from tests.daemons import TIMEOUT_S, Daemon, eventually, inject, state, streaming
 
 NODE = "node-1"
 
 
-def wait_until(check: Callable[[], bool], daemon: Daemon, timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met in {timeout_s} s\n{daemon.output()}")
-
-
 @pytest.fixture
-def apiserver() -> Iterator[ApiServerEmulator]:
-    with ApiServerEmulator(bookmark_interval_s=0.5) as server:
-        server.create("nodes", {"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "8"}}})
-        yield server
+def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
+    apiserver.create("nodes", {"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "8"}}})
+    return apiserver
 
 
 @pytest.fixture
@@ -65,15 +55,15 @@ def node_annotations(apiserver: ApiServerEmulator) -> dict[str, str]:
 
 def test_node_state_and_pod_cache(apiserver: ApiServerEmulator, running: tuple[Daemon, Path]) -> None:
     daemon, _ = running
-    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-memory-factor") == "1", daemon)
+    eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-memory-factor") == "1", daemon)
 
     def gpu_number() -> str | None:
         node = apiserver.get("nodes", NODE) or {}
         value = node.get("status", {}).get("capacity", {}).get("volcano.sh/gpu-number")
         return None if value is None else str(value)
 
-    wait_until(lambda: gpu_number() == "2", daemon)
-    wait_until(lambda: "pod cache listed" in daemon.output(), daemon)
+    eventually(lambda: gpu_number() == "2", daemon)
+    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
     assert apiserver.requests.count(path="fieldSelector=spec.nodeName%3Dnode-1") >= 2
 
 
@@ -82,13 +72,13 @@ def test_unhealthy_gpu_reaches_the_node_and_an_event(
 ) -> None:
     daemon, events = running
     inject(events, xid=79, uuid=fake_uuid(1))
-    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1", daemon)
+    eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1", daemon)
     assert state(kubelet, "volcano.sh/gpu-memory").allocatable == 1000
 
     def event_posted() -> bool:
         return any(e["reason"] == "GpuUnhealthy" for e in apiserver.list("events", "default"))
 
-    wait_until(event_posted, daemon)
+    eventually(event_posted, daemon)
     (event,) = [e for e in apiserver.list("events", "default") if e["reason"] == "GpuUnhealthy"]
     assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == NODE
     assert f"GPU 1 ({fake_uuid(1)}) is unhealthy: Xid 79" in event["message"]
@@ -98,7 +88,7 @@ def test_api_outage_does_not_stop_the_daemon(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, running: tuple[Daemon, Path]
 ) -> None:
     daemon, events = running
-    wait_until(lambda: "volcano.sh/gpu-memory-factor" in node_annotations(apiserver), daemon)
+    eventually(lambda: "volcano.sh/gpu-memory-factor" in node_annotations(apiserver), daemon)
     apiserver.faults.error(503)
     apiserver.drop_watches()
     inject(events, xid=79, uuid=fake_uuid(0))
@@ -112,7 +102,7 @@ def test_api_outage_does_not_stop_the_daemon(
     assert daemon.process.poll() is None
     assert "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver)
     apiserver.faults.clear()
-    wait_until(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0", daemon, 30)
+    eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0", daemon, 30)
 
 
 def test_unusable_kubeconfig_is_a_configuration_error(workdir: Path) -> None:

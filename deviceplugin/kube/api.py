@@ -29,6 +29,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 3.0
 READ_TIMEOUT_S = 10.0
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -133,6 +134,13 @@ class Kube:
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
+
+    def remove_node_annotation(self, name: str, key: str) -> Obj:
+        """Remove one annotation; 422 when it is absent (nothing is written then)."""
+        pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        return self._json(
+            self.core.patch_node, name, [{"op": "remove", "path": pointer}], _content_type=JSON_PATCH
+        )
 
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node_status, name, dict(patch), _content_type=MERGE_PATCH)

@@ -86,12 +86,18 @@ class PodCache:
 
     def add_listener(self, listener: Callable[[str, Obj], None]) -> None:
         """Call `listener(kind, pod)` for every ADDED, MODIFIED and DELETED pod (a pod missing from
-        a relist counts as DELETED), from the cache's thread, after the cache has changed."""
+        a relist counts as DELETED), from the cache's thread, after the cache has changed and
+        before `wait_until` waiters re-check."""
         self._listeners.append(listener)
 
     def _notify(self, kind: str, pod: Obj) -> None:
         for listener in self._listeners:
             listener(kind, pod)
+
+    def _wake_waiters(self) -> None:
+        # After the listeners: a waiter's predicate may read what a listener keeps.
+        with self._cond:
+            self._cond.notify_all()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -125,11 +131,11 @@ class PodCache:
         with self._cond:
             gone = [pod for uid, pod in self._pods.items() if uid not in mine]
             self._pods = mine
-            self._cond.notify_all()
         for pod in gone:
             self._notify("DELETED", pod)
         for pod in mine.values():
             self._notify("MODIFIED", pod)
+        self._wake_waiters()
 
     def _on_node(self, pod: Obj) -> bool:
         # The selector already filters; this guards against ever holding another node's pod.
@@ -149,8 +155,8 @@ class PodCache:
                     self._pods[uid] = obj
                 else:
                     self._pods.pop(uid, None)
-                self._cond.notify_all()
             self._notify(str(kind) if present else "DELETED", obj)
+            self._wake_waiters()
         return _version(obj)
 
     def _watch(self, version: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from deviceplugin.kube.api import ApiError, Kube, retry
 from deviceplugin.sim.apiserver import ApiServerEmulator
-from tests.kube.conftest import node_object, pod_object
+from tests.kube.objects import node_object, pod_object
 
 
 def test_pod_annotation_patch_merges_and_removes(apiserver: ApiServerEmulator, kube: Kube) -> None:
@@ -25,6 +25,22 @@ def test_resource_version_precondition(apiserver: ApiServerEmulator, kube: Kube)
         kube.patch_pod_annotations("default", "p", {"b": "2"}, resource_version=version)  # now stale
     assert caught.value.conflict and caught.value.reason == "Conflict"
     assert "b" not in kube.get_pod("default", "p")["metadata"]["annotations"]
+
+
+def test_node_annotation_removal_writes_only_when_the_key_is_there(
+    apiserver: ApiServerEmulator, kube: Kube
+) -> None:
+    node = node_object("n")
+    node["metadata"]["annotations"] = {"gpu": "locked", "a/b~c": "odd key", "keep": "1"}
+    apiserver.create("nodes", node)
+    kube.remove_node_annotation("n", "gpu")
+    kube.remove_node_annotation("n", "a/b~c")  # "/" and "~" are escaped in the JSON pointer
+    after = apiserver.get("nodes", "n")
+    assert after is not None and after["metadata"]["annotations"] == {"keep": "1"}
+    with pytest.raises(ApiError) as caught:
+        kube.remove_node_annotation("n", "gpu")
+    assert caught.value.status == 422
+    assert apiserver.get("nodes", "n") == after  # nothing written, not even a new resourceVersion
 
 
 def test_retry_refreshes_on_conflict(apiserver: ApiServerEmulator, kube: Kube) -> None:

@@ -11,7 +11,7 @@ import pytest
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.sim.apiserver import ApiServerEmulator
-from tests.kube.conftest import pod_object
+from tests.kube.objects import pod_object
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from deviceplugin.kube.node import NodePublisher, NodeState
 from deviceplugin.plugin.devices import Layout, Strategy
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.sim.apiserver import ApiServerEmulator
-from tests.kube.conftest import node_object
+from tests.kube.objects import node_object
 
 WAIT_S = 5.0
 GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=10989) for i in range(3))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from deviceplugin.kube.api import Kube
+from deviceplugin.kube.api import Kube, Obj
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
-from tests.kube.conftest import node_object, pod_object
+from tests.kube.objects import node_object, pod_object
 
 WAIT_S = 5.0
 
@@ -51,6 +52,24 @@ def test_follows_creates_updates_and_deletes(cache: PodCache, apiserver: ApiServ
     assert cache.wait_until(annotated, WAIT_S)
     cache.kube.core.delete_namespaced_pod("later", "default", grace_period_seconds=0)
     assert cache.wait_until(lambda c: "later" not in names(c), WAIT_S)
+
+
+def test_waiters_recheck_after_listeners_have_seen_the_change(
+    cache: PodCache, apiserver: ApiServerEmulator
+) -> None:
+    """A waiter may wait on what a listener keeps (Allocate waits on the pending-pod index): it
+    must be woken after the listener, not only before it, or it sleeps through the change."""
+    seen: list[str] = []
+
+    def slow_listener(kind: str, pod: Obj) -> None:
+        time.sleep(0.3)
+        seen.append(pod["metadata"]["name"])
+
+    cache.add_listener(slow_listener)
+    apiserver.create("pods", pod_object("watched", "node-a"))
+    began = time.monotonic()
+    assert cache.wait_until(lambda _: "watched" in seen, WAIT_S)
+    assert time.monotonic() - began < WAIT_S / 2
 
 
 def test_a_pod_bound_to_this_node_appears_and_others_never_do(
