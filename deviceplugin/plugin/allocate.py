@@ -101,6 +101,7 @@ class GpushareAllocator:
         self.stats = stats or AllocationStats()
         self.on_outbox = on_outbox  # patches were queued: the outbox worker can send them now
         self.pending = PendingPods(self.resource)
+        self.pending.follow(pods)
         self._by_index = {gpu.index: gpu for gpu in devices.gpus}
         self._lock = threading.Lock()  # one resolution at a time: no pod is served twice
 
@@ -109,17 +110,12 @@ class GpushareAllocator:
     def _resolve(self, units: int, deadline: float) -> tuple[PendingPod, ContainerNeed]:
         """The pod and container this request is for, waiting (bounded) for the cache."""
         served = self.ledger.served()
-
-        def first(cache: PodCache) -> tuple[PendingPod, ContainerNeed] | None:
-            found = self.pending.candidates(cache.pods(), served, units)
-            return found[0] if found else None
-
-        match = first(self.pods)
+        match = self.pending.first(served, units)
         if match is None:
             self.pods.wait_until(
-                lambda cache: first(cache) is not None, max(0.0, deadline - time.monotonic())
+                lambda _: self.pending.first(served, units) is not None, max(0.0, deadline - time.monotonic())
             )
-            match = first(self.pods)
+            match = self.pending.first(served, units)
         if match is not None:
             return match
         what = f"{units} unit(s) of {self.resource}" if self.share else f"{units} {self.resource}"
@@ -346,9 +342,9 @@ class GpushareAllocator:
         chosen = list(request.must_include_deviceIDs)
         wanted: set[int] = set()
         with self._lock:
-            found = self.pending.candidates(self.pods.pods(), self.ledger.served(), size)
+            found = self.pending.first(self.ledger.served(), size)
         if found:
-            pod, need = found[0]
+            pod, need = found
             try:
                 wanted = {gpu.index for gpu in self._placement(pod, need, ()).gpus}
             except AllocateError:

@@ -4,21 +4,31 @@ is resolved from the pods bound to this node, the scheduler's annotations and th
 For a request of N units of resource R the candidates are the pods that are bound here, neither
 terminating nor finished nor already marked assigned, whose *next* container asking for R (init
 containers first, then app containers, skipping what the ledger has served) asks for exactly N.
-They are ordered by `volcano.sh/predicate-time`, then creation time, then UID. A pod's parsed
-request is kept per resourceVersion, so resolving over hundreds of pods stays cheap.
+Pods placed by the scheduler (with `volcano.sh/gpu-index`) come first, then they are ordered by
+`volcano.sh/predicate-time`, creation time and UID. Pods are parsed once per change, as the pod
+cache reports it, and kept in that order, so resolving with hundreds of pods on the node stays
+cheap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import bisect
+import operator
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from deviceplugin.fit import keys, objects
 from deviceplugin.fit.codec import parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.quantity import parse_quantity
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
 
 Obj = Mapping[str, object]
+RANK = operator.attrgetter("rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +50,25 @@ class PendingPod:
     eligible: bool  # bound, not terminating, not finished, not already assigned
     gpu_index: tuple[int, ...] | None  # None: the annotation is absent
     predicate_time: int | None  # None: absent or unreadable
+    need_keys: tuple[tuple[str, str, str], ...]  # the ledger's (uid, container, resource) per need
     problem: str = ""  # why the pod cannot be served as written (malformed annotation or quantity)
+    # Serving order: pods placed by the scheduler (with gpu-index) first, then predicate-time,
+    # creation time and UID. Derived; kept because resolution compares it for every pod.
+    rank: tuple[bool, bool, int, str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        rank = (self.gpu_index is None, self.predicate_time is None, self.predicate_time or 0)
+        object.__setattr__(self, "rank", (*rank, self.created, self.uid))
 
     @property
     def display(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def next_need(self, served: frozenset[tuple[str, str, str]], resource: str) -> ContainerNeed | None:
-        return next((n for n in self.needs if (self.uid, n.name, resource) not in served), None)
-
-    def order(self) -> tuple[bool, int, str, str]:
-        return (self.predicate_time is None, self.predicate_time or 0, self.created, self.uid)
+    def next_need(self, served: frozenset[tuple[str, str, str]]) -> ContainerNeed | None:
+        for need, key in zip(self.needs, self.need_keys, strict=True):
+            if key not in served:
+                return need
+        return None
 
 
 def _units(container: Obj, resource: str) -> int:
@@ -95,8 +113,9 @@ def _parse(pod: Obj, resource: str) -> PendingPod:
     eligible = not (
         objects.is_terminal(pod) or meta.get("deletionTimestamp") or notes.get(keys.GPU_ASSIGNED) == "true"
     )
+    uid = objects.uid(pod)
     return PendingPod(
-        uid=objects.uid(pod),
+        uid=uid,
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         created=str(meta.get("creationTimestamp") or ""),
@@ -105,44 +124,60 @@ def _parse(pod: Obj, resource: str) -> PendingPod:
         gpu_index=gpu_index,
         predicate_time=predicate_time,
         problem="; ".join(problems),
+        need_keys=tuple((uid, need.name, resource) for need in needs),
     )
 
 
 class PendingPods:
-    """Parsed pods for one resource, memoized by (UID, resourceVersion)."""
+    """The pods that may still need the resource, in serving order, kept from the pod cache's
+    events: resolution walks only the candidates, from the earliest, instead of every pod."""
 
     def __init__(self, resource: str) -> None:
         self.resource = resource
-        self._parsed: dict[str, tuple[str, PendingPod]] = {}
+        self._lock = threading.Lock()
+        self._by_uid: dict[str, PendingPod] = {}
+        self._ordered: list[PendingPod] = []  # the values of _by_uid, sorted by rank
 
-    def parse(self, pod: Obj) -> PendingPod:
-        uid, version = objects.uid(pod), str(objects.metadata(pod).get("resourceVersion", ""))
-        cached = self._parsed.get(uid)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        parsed = _parse(pod, self.resource)
-        self._parsed[uid] = (version, parsed)
-        return parsed
+    def follow(self, cache: PodCache) -> None:
+        """Start from the cache's pods and follow its changes (the cache calls its listeners
+        before it wakes its waiters, so a waiter sees this index already up to date)."""
+        cache.add_listener(self.on_pod)
+        with self._lock:  # an event racing this start-up waits, then lands on top
+            for pod in cache.pods():
+                self._update(objects.uid(pod), self._parse(pod))
 
-    def candidates(
-        self, pods: Iterable[Obj], served: frozenset[tuple[str, str, str]], units: int
-    ) -> list[tuple[PendingPod, ContainerNeed]]:
-        """Eligible pods whose next container for the resource asks for `units`, in serving order."""
-        seen: set[str] = set()
-        found = []
-        for pod in pods:
-            parsed = self.parse(pod)
-            seen.add(parsed.uid)
-            if not parsed.eligible:
-                continue
-            need = parsed.next_need(served, self.resource)
-            if need is not None and need.units == units:
-                found.append((parsed, need))
-        for uid in set(self._parsed) - seen:  # pods gone from the node
-            del self._parsed[uid]
-        # Pods placed by the scheduler (with gpu-index) first; then predicate-time, creation, UID.
-        found.sort(key=lambda item: (item[0].gpu_index is None, *item[0].order()))
-        return found
+    def on_pod(self, kind: str, pod: Obj) -> None:
+        parsed = None if kind == "DELETED" else self._parse(pod)
+        with self._lock:
+            self._update(objects.uid(pod), parsed)
+
+    def _parse(self, pod: Obj) -> PendingPod | None:
+        try:
+            parsed = _parse(pod, self.resource)
+        except FitInputError as err:  # not a pod the API server would hold: ignore it, loudly
+            log.warning("pod unreadable", pod=objects.namespaced_name(pod), error=str(err))
+            return None
+        return parsed if parsed.eligible and parsed.needs else None
+
+    def _update(self, uid: str, parsed: PendingPod | None) -> None:
+        old = self._by_uid.pop(uid, None)
+        if old is not None:
+            del self._ordered[bisect.bisect_left(self._ordered, old.rank, key=RANK)]
+        if parsed is not None:
+            self._by_uid[uid] = parsed
+            bisect.insort(self._ordered, parsed, key=RANK)
+
+    def first(
+        self, served: frozenset[tuple[str, str, str]], units: int
+    ) -> tuple[PendingPod, ContainerNeed] | None:
+        """The earliest candidate (`PendingPod.rank`) whose next container for the resource asks
+        for `units`."""
+        with self._lock:
+            for pod in self._ordered:
+                need = pod.next_need(served)
+                if need is not None and need.units == units:
+                    return pod, need
+        return None
 
     def containers_left(self, pod: PendingPod, served: frozenset[tuple[str, str, str]]) -> int:
-        return sum(1 for need in pod.needs if (pod.uid, need.name, self.resource) not in served)
+        return sum(1 for key in pod.need_keys if key not in served)

@@ -114,12 +114,6 @@ def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeou
 
 
 @pytest.fixture
-def apiserver() -> Iterator[ApiServerEmulator]:
-    with ApiServerEmulator(bookmark_interval_s=0.5) as server:
-        yield server
-
-
-@pytest.fixture
 def share(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
     rig = make_rig(tmp_path, apiserver, "share")
     yield rig
