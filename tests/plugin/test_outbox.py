@@ -1,0 +1,106 @@
+"""The outbox worker against the API-server emulator: what it writes, what it retries, what it
+drops, and how few requests a burst of Allocates costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.kube.api import Kube
+from deviceplugin.ledger import Ledger, Patch
+from deviceplugin.plugin.outbox import OutboxWorker
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from tests.daemons import eventually
+from tests.kube.objects import node_object, pod_object
+
+LOCK = "gpu"  # Volcano's gpushare node lock
+
+
+def assigned(name: str) -> Patch:
+    return Patch("pod", "default", name, {"volcano.sh/gpu-assigned": "true"})
+
+
+def unlock(node: str = "n") -> Patch:
+    return Patch("node", "", node, {LOCK: None})
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger.db")
+
+
+@pytest.fixture
+def worker(ledger: Ledger, kube: Kube, apiserver: ApiServerEmulator) -> OutboxWorker:
+    node = node_object("n")
+    node["metadata"]["annotations"] = {LOCK: "2026-11-21T10:00:00Z", "keep": "1"}
+    apiserver.create("nodes", node)
+    return OutboxWorker(ledger, kube)
+
+
+def notes(apiserver: ApiServerEmulator, plural: str, name: str, namespace: str = "") -> dict[str, str]:
+    obj = apiserver.get(plural, name, namespace)
+    assert obj is not None
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def test_a_burst_costs_one_lock_release_and_one_patch_per_pod(
+    worker: OutboxWorker, ledger: Ledger, apiserver: ApiServerEmulator
+) -> None:
+    for n in range(5):
+        apiserver.create("pods", pod_object(f"p{n}", "n"))
+        ledger.enqueue([assigned(f"p{n}"), unlock()])
+    apiserver.requests.clear()
+    assert worker.run_once() == 0
+    assert apiserver.requests.count(method="PATCH", path="/nodes/n") == 1
+    assert apiserver.requests.count(method="PATCH", path="/pods/") == 5
+    assert notes(apiserver, "nodes", "n") == {"keep": "1"}
+    assert all(notes(apiserver, "pods", f"p{n}", "default") for n in range(5))
+
+
+def test_an_absent_lock_is_done_without_a_write(
+    worker: OutboxWorker, ledger: Ledger, apiserver: ApiServerEmulator
+) -> None:
+    ledger.enqueue([unlock()])
+    worker.run_once()
+    before = apiserver.get("nodes", "n")
+    ledger.enqueue([unlock()])
+    assert worker.run_once() == 0
+    assert apiserver.get("nodes", "n") == before  # same resourceVersion: no new node version
+
+
+def test_a_pod_that_is_gone_is_dropped(worker: OutboxWorker, ledger: Ledger) -> None:
+    ledger.enqueue([assigned("never-existed")])
+    assert worker.run_once() == 0
+
+
+def test_server_errors_are_retried_with_backoff_and_survive_a_restart(
+    worker: OutboxWorker, ledger: Ledger, kube: Kube, apiserver: ApiServerEmulator, tmp_path: Path
+) -> None:
+    apiserver.create("pods", pod_object("p", "n"))
+    ledger.enqueue([assigned("p")])
+    apiserver.faults.error(503, method="PATCH")
+    assert worker.run_once() == 1
+    assert ledger.due() == []  # waiting out its back-off
+    apiserver.faults.clear()
+    ledger.close()
+
+    reopened = Ledger(tmp_path / "ledger.db", clock=lambda: 1e12)  # long after the back-off
+    (entry,) = reopened.due()
+    assert entry.attempts == 1
+    assert OutboxWorker(reopened, kube).run_once() == 0
+    assert notes(apiserver, "pods", "p", "default") == {"volcano.sh/gpu-assigned": "true"}
+
+
+def test_the_worker_thread_applies_what_it_is_woken_for(
+    worker: OutboxWorker, ledger: Ledger, apiserver: ApiServerEmulator
+) -> None:
+    apiserver.create("pods", pod_object("p", "n"))
+    worker.start()
+    try:
+        ledger.enqueue([assigned("p"), unlock()])
+        worker.wake()
+        eventually(lambda: notes(apiserver, "nodes", "n") == {"keep": "1"})
+    finally:
+        worker.stop()
+    assert ledger.outbox_size() == 0
