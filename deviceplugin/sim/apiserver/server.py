@@ -18,7 +18,7 @@ from deviceplugin.sim.apiserver.kubeconfig import write_kubeconfig
 from deviceplugin.sim.apiserver.mergepatch import strategic_merge_patch
 from deviceplugin.sim.apiserver.meta import Obj, namespace_of
 from deviceplugin.sim.apiserver.requestlog import RequestLog
-from deviceplugin.sim.apiserver.store import Store
+from deviceplugin.sim.apiserver.store import DeleteOptions, Store
 from deviceplugin.sim.apiserver.transport import HttpServer
 
 log = get_log(__name__)
@@ -155,6 +155,12 @@ class ApiServerEmulator:
             subresource=subresource,
         )
         return copy.deepcopy(obj)
+
+    def delete(self, plural: str, name: str, namespace: str = "", grace_period_s: int | None = 0) -> Obj:
+        """Delete as a DELETE would (grace period 0 removes a pod at once)."""
+        kind = _kind(plural)
+        options = DeleteOptions(grace_period_s=grace_period_s)
+        return copy.deepcopy(self.store.delete(kind, namespace if kind.namespaced else "", name, options))
 
     def bind(self, namespace: str, name: str, node: str, annotations: Mapping[str, str] | None = None) -> Obj:
         """Bind a pod to a node as a scheduler's Binding does."""
