@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) bench/listandwatch.py
 	$(PY) bench/daemon.py
 	$(PY) bench/kube.py
+	$(PY) bench/allocate.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
