@@ -12,8 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from deviceplugin.api import podresources_grpc
+from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
@@ -118,6 +121,17 @@ def test_the_documented_example(
     eventually(lambda: assigned(apiserver, "first") and assigned(apiserver, "second"), share)
     in_use = kubelet.in_use(MEM)
     assert len(in_use) == 2048 and all(device.startswith("0-") for device in in_use)
+    assert kubelet.pod_resources_socket is not None
+    with grpc.insecure_channel(f"unix://{kubelet.pod_resources_socket}") as channel:
+        listed = podresources_grpc.PodResourcesListerStub(channel).List(
+            pr.ListPodResourcesRequest(), timeout=5
+        )
+    devices = {
+        pod.name: [d for c in pod.containers for entry in c.devices for d in entry.device_ids]
+        for pod in listed.pod_resources
+    }
+    assert sorted(devices) == ["first", "second"]
+    assert all(len(ids) == 1024 and all(d.startswith("0-") for d in ids) for ids in devices.values())
 
 
 def test_multi_container_pod_and_a_failure_with_a_clear_message(
