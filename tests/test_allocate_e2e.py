@@ -33,9 +33,12 @@ def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
     return apiserver
 
 
-def launch(start: Callable[..., Daemon], apiserver: ApiServerEmulator, workdir: Path, *args: str) -> Daemon:
+def launch(
+    start: Callable[..., Daemon], apiserver: ApiServerEmulator, kubelet: KubeletEmulator, workdir: Path
+) -> Daemon:
+    """Start the daemon and wait until kubelet streams its devices and its pod cache has listed."""
     kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
-    return start(
+    daemon = start(
         "--fake-gpus",
         "2x10989",
         "--kubeconfig",
@@ -44,18 +47,17 @@ def launch(start: Callable[..., Daemon], apiserver: ApiServerEmulator, workdir: 
         "1",
         "--reconcile-interval",
         "0.5",
-        *args,
     )
+    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
+    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
+    return daemon
 
 
 @pytest.fixture
 def share(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> Daemon:
-    daemon = launch(start, apiserver, workdir)
-    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
-    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
-    return daemon
+    return launch(start, apiserver, kubelet, workdir)
 
 
 def make_pod(
@@ -171,9 +173,7 @@ def test_release_when_the_pod_goes(
 def test_kill_9_mid_stream_loses_and_doubles_nothing(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:
-    daemon = launch(start, apiserver, workdir)
-    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
-    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
+    daemon = launch(start, apiserver, kubelet, workdir)
     pods = [make_pod(apiserver, f"p{n:02d}", 64, predicate_time=n) for n in range(30)]
     results: dict[str, Admission] = {}
 
@@ -188,9 +188,7 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     feeder.join(TIMEOUT_S * 2)
     admitted = {name for name, result in results.items() if result.admitted}
     assert 8 <= len(admitted) < 30
-    restarted = launch(start, apiserver, workdir)
-    assert kubelet.wait_for(lambda k: streaming(MEM)(k) and k.resource(MEM) is not None, TIMEOUT_S)
-    eventually(lambda: "pod cache listed" in restarted.output(), restarted)
+    restarted = launch(start, apiserver, kubelet, workdir)
     rows = ledger_rows(workdir)
     allocated = {name for name, _, state in rows if state == "allocated"}
     assert len(rows) == len({name for name, _, _ in rows})  # nothing doubled

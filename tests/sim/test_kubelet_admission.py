@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +17,8 @@ from deviceplugin.api import deviceplugin_pb2 as dp
 from deviceplugin.sim.admission import UNEXPECTED_ADMISSION_ERROR, Admission, AllocationError
 from deviceplugin.sim.kubelet import KubeletEmulator, KubeletEvent
 from tests.sim.test_kubelet import WAIT_S, FakePlugin, PluginServer, device, register, settle
+
+pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
 RESOURCE = "volcano.sh/vgpu-number"
 MEMORY = "volcano.sh/vgpu-memory"
@@ -175,33 +175,6 @@ def pod(
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
         "spec": spec,
     }
-
-
-def new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        # grpc's helper threads need a moment to wind down after their channel closes.
-        fresh = [thread for thread in threading.enumerate() if thread not in before and thread.is_alive()]
-        if not fresh or time.monotonic() > deadline:
-            return fresh
-        time.sleep(0.01)
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    assert [thread.name for thread in new_threads(before)] == []
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kla-", dir="/tmp"))  # Unix socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,23 +18,11 @@ from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.sim.podresources import POD_RESOURCES_BURST, POD_RESOURCES_QPS, RATE_LIMITED, TokenBucket
 from tests.sim.test_kubelet import REPO_ROOT, WAIT_S, device, settle
-from tests.sim.test_kubelet_admission import MEMORY, RESOURCE, Plugins, container, new_threads, pod
+from tests.sim.test_kubelet_admission import MEMORY, RESOURCE, Plugins, container, pod
+
+pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
 PodResourcesStub: Any = podresources_grpc.PodResourcesListerStub
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    assert [thread.name for thread in new_threads(before)] == []
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="klp-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def emulator(root: Path, **options: Any) -> KubeletEmulator:

@@ -1,0 +1,28 @@
+"""Fixtures for the emulator tests: a short temporary root and a check for leaked threads."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sim.apiserver_helpers import new_threads
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="sim-", dir="/tmp"))  # Unix socket paths must stay short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def no_leaked_threads() -> Iterator[None]:
+    """Every thread a test started has ended soon after it (grpc's helpers need a moment)."""
+    before = set(threading.enumerate())
+    yield
+    assert [thread.name for thread in new_threads(before)] == []
