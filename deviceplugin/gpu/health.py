@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from deviceplugin.gpu.base import GpuBackend, WaitError, XidEvent
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -137,11 +138,11 @@ class HealthMonitor:
     _uuids: tuple[str, ...] = field(init=False, default=())
     _last_fault: dict[str, float] = field(init=False, default_factory=dict)
     _unwatched: set[str] = field(init=False, default_factory=set)
-    _stop: threading.Event = field(init=False, default_factory=threading.Event)
-    _thread: threading.Thread | None = field(init=False, default=None)
+    _worker: Worker = field(init=False)
 
     def __post_init__(self) -> None:
         self._uuids = tuple(self.state.snapshot()[1])
+        self._worker = Worker("gpu-health", self._run)
 
     def start(self) -> None:
         if not self.policy.watching:
@@ -150,14 +151,10 @@ class HealthMonitor:
         for uuid, problem in self.backend.watch(self._uuids).items():
             self._fault((uuid,), f"cannot watch Xid events: {problem}")
             self._unwatched.add(uuid)
-        self._thread = threading.Thread(target=self._run, name="gpu-health", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def _fault(self, uuids: tuple[str, ...], reason: str) -> None:
         now = self.clock()
@@ -196,12 +193,12 @@ class HealthMonitor:
                 self._last_fault[uuid] = now
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 event = self.backend.wait_event(WAIT_S)
             except WaitError as err:
                 self._fault(self._uuids, f"event wait failed: {err}")
-                self._stop.wait(FENCE_RETRY_S)
+                self._worker.stopping.wait(FENCE_RETRY_S)
                 continue
             if event is not None:
                 self.handle(event)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from dataclasses import dataclass
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, retry
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -74,7 +74,7 @@ class EventRecorder:
         self.kube = kube
         self.host = host
         self._queue: queue.Queue[Obj | None] = queue.Queue(QUEUE_LIMIT)
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("events", self._run, interrupt=lambda: self._queue.put(None))
 
     def record(self, about: Involved, event_type: str, reason: str, message: str) -> None:
         body = event_body(about, event_type, reason, message, self.host)
@@ -90,15 +90,11 @@ class EventRecorder:
         self.record(about, "Normal", reason, message)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
         """Post what is queued (each within its own deadline), then stop."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def _post(self, body: Obj) -> None:
         namespace = body["metadata"]["namespace"]

@@ -5,13 +5,13 @@ and the node is read again before the next attempt."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import ApiError, Kube, Obj
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -50,8 +50,7 @@ class NodePublisher:
         self.wanted = wanted
         self.health = health
         self._published: NodeState | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("node-publisher", self._run, interrupt=health.wake)
 
     @property
     def published(self) -> bool:
@@ -59,15 +58,10 @@ class NodePublisher:
         return self._published is not None and self._published == self.wanted()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="node-publisher", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self.health.wake()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def publish(self, state: NodeState) -> None:
         """Bring the node to `state`, writing only the keys that differ."""
@@ -88,7 +82,7 @@ class NodePublisher:
 
     def _run(self) -> None:
         backoff = BACKOFF_START_S
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             version, _ = self.health.snapshot()
             state = self.wanted()
             if state != self._published:
@@ -98,7 +92,7 @@ class NodePublisher:
                 except ApiError as err:
                     self._published = None
                     log.warning("node update failed", node=self.node_name, error=str(err), retry_s=backoff)
-                    self._stop.wait(backoff)
+                    self._worker.stopping.wait(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                     continue
             self.health.wait_change(version, IDLE_WAIT_S)

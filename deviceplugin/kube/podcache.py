@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -41,9 +42,8 @@ class PodCache:
         self._synced_once = False
         self._current_since: float | None = None  # when the cache last stopped being known current
         self._cond = threading.Condition()
-        self._stop = threading.Event()
         self._stream: WatchStream | None = None
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("pod-cache", self._run, interrupt=self._close_stream)
         self._listeners: list[Callable[[str, Obj], None]] = []
 
     # --- readers ------------------------------------------------------------------------------
@@ -102,18 +102,16 @@ class PodCache:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="pod-cache", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._worker.stop()
+
+    def _close_stream(self) -> None:
         with self._cond:
             stream = self._stream
         if stream is not None:
             stream.close()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -166,30 +164,30 @@ class PodCache:
                 self._stream = stream
             self._set_watching(True)
             for event in stream:
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     break
                 version = self._apply(event) or version
         return version
 
     def _run(self) -> None:
         backoff = BACKOFF_START_S
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 items, version = self.kube.list_pods(self.selector)
                 self._replace(items)
                 log.info("pod cache listed", node=self.node_name, pods=len(items), resource_version=version)
                 backoff = BACKOFF_START_S
-                while not self._stop.is_set():
+                while not self._worker.stopping.is_set():
                     version = self._watch(version)
             except ApiError as err:
                 self._set_watching(False)
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     break
                 if err.expired:
                     log.info("pod watch expired, listing again", error=str(err))
                     continue
                 log.warning("pod cache lost the API server", error=str(err), retry_s=backoff)
-                self._stop.wait(backoff)
+                self._worker.stopping.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
             finally:
                 with self._cond:

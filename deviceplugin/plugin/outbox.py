@@ -13,6 +13,7 @@ import time
 from deviceplugin.kube.api import ApiError, Kube
 from deviceplugin.ledger import Ledger, Patch
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -32,19 +33,13 @@ class OutboxWorker:
         self.ledger = ledger
         self.kube = kube
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("outbox", self._run, interrupt=self._wake.set)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def wake(self) -> None:
         """New entries are waiting: apply them now rather than at the next poll."""
@@ -74,7 +69,7 @@ class OutboxWorker:
         applied: dict[Patch, ApiError | None] = {}
         done: list[int] = []
         for entry in self.ledger.due():
-            if self._stop.is_set():
+            if self._worker.stopping.is_set():
                 break
             key = entry.patch
             if key not in applied:
@@ -97,9 +92,9 @@ class OutboxWorker:
         return self.ledger.outbox_size()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._worker.stopping.is_set():
             self._wake.clear()
             self.run_once()
             finished = time.monotonic()
             if self._wake.wait(IDLE_WAIT_S):
-                self._stop.wait(finished + BATCH_GAP_S - time.monotonic())
+                self._worker.stopping.wait(finished + BATCH_GAP_S - time.monotonic())

@@ -8,7 +8,6 @@ exponentially (capped), so an absent or broken kubelet is not hammered.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import grpc
 
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.server import PluginServer, socket_identity
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -29,8 +29,7 @@ class Registrar:
         self.servers = tuple(servers)
         self.kubelet_socket = kubelet_socket
         self._registered_with: tuple[int, int] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("registrar", self._run)
         self._backoff = BACKOFF_START_S
         self._waiting_logged = False
 
@@ -43,21 +42,16 @@ class Registrar:
     def start(self) -> None:
         for server in self.servers:
             server.start()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
         for server in self.servers:
             server.stop()
 
     def _run(self) -> None:
         delay = 0.0
-        while not self._stop.wait(delay):
+        while not self._worker.stopping.wait(delay):
             delay = self.step()
 
     def _retry_later(self, what: str, err: Exception) -> float:

@@ -8,7 +8,6 @@ kubelet's 100 QPS limit): a container absent from it for `grace_s` is released.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from deviceplugin.kube.api import Obj
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger
 from deviceplugin.logs import get_log
+from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
@@ -57,8 +57,7 @@ class Releaser:
         self.clock = clock
         self._absent_since: dict[tuple[str, str, str], float] = {}
         self._warned = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("release", self._run)
         if pods is not None:
             pods.add_listener(self.on_pod)
 
@@ -104,17 +103,13 @@ class Releaser:
         self._absent_since = {key: since for key, since in self._absent_since.items() if key in live}
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="release", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._worker.stopping.wait(self.interval_s):
             self.release_missing_pods()
             self.release_unlisted()
             self.ledger.purge()

@@ -196,7 +196,7 @@ def test_disabled_checks_start_no_thread(fake: FakeBackend) -> None:
     )
     monitor.start()
     fake.inject_xid(uuids[0], 79)
-    assert monitor._thread is None
+    assert "gpu-health" not in {thread.name for thread in threading.enumerate()}
     assert healthy_flags(monitor) == [True, True, True]
     monitor.stop()
 
