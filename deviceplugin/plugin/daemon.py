@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -13,7 +12,7 @@ from types import FrameType
 
 import grpc
 
-from deviceplugin import logs
+from deviceplugin import logs, memory
 from deviceplugin.config import DaemonConfig, OptionError, load_config
 from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
@@ -331,6 +330,7 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
     env = dict(os.environ if env is None else env)
     config = load_config(flags, env)
     _configure_logging(config)
+    memory.return_large_buffers_to_the_os()
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(number: int, frame: FrameType | None) -> None:
@@ -344,10 +344,7 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
         log.error("cannot start", error=str(err))
         return err.exit_code
     log.info("started", node=config.node_name, strategy=config.gpu_strategy, gpus=len(daemon.gpu.gpus))
-    # What start-up built (modules, the API client, device lists) lives as long as the process:
-    # keep it out of the collector's full passes, which otherwise pause every thread for tens
-    # of milliseconds scanning it, Allocate included.
-    gc.freeze()
+    memory.freeze_startup_objects()
     while not stop.wait(0.2):
         if reload.is_set():
             reload.clear()
