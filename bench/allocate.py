@@ -38,6 +38,8 @@ from deviceplugin.sim.kubelet import KubeletEmulator
 
 BAR_MS = 5.0
 UNITS = 100
+GPU_MIB = 81920
+LAST_UNITS = 300  # one more pod, left pending, for GetPreferredAllocation
 
 
 def percentiles(samples: list[float]) -> tuple[float, float, float]:
@@ -47,8 +49,8 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
 
 def make_pods(apiserver: ApiServerEmulator, count: int) -> None:
     apiserver.create("namespaces", {"metadata": {"name": "bench"}})
-    for n in range(count):
-        limits = {"volcano.sh/gpu-memory": str(UNITS)}
+    for n in range(count + 1):
+        limits = {"volcano.sh/gpu-memory": str(UNITS if n < count else LAST_UNITS)}
         annotations = {"volcano.sh/gpu-index": str(n % 2), "volcano.sh/predicate-time": str(1_000 + n)}
         apiserver.create(
             "pods",
@@ -111,7 +113,7 @@ def main() -> int:
                 "--state-dir",
                 str(work / "state"),
                 "--fake-gpus",
-                "2x81920",
+                f"2x{GPU_MIB}",
                 "--kubeconfig",
                 kubeconfig,
                 "--log-level",
@@ -156,6 +158,20 @@ def measure(api: Connection, socket: Path, count: int) -> int:
             plugin.Allocate(request, timeout=10)
             latencies.append((time.perf_counter() - began) * 1000)
         window_end = time.time()
+        # Kubelet offers every free ID; the daemon should pick the pending pod's GPU (GPU 0).
+        free = [f"{gpu}-{n}" for gpu in (0, 1) for n in range(offsets[gpu], GPU_MIB)]
+        preferred_request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=LAST_UNITS)
+            ]
+        )
+        preferred = []
+        for _ in range(20):
+            began = time.perf_counter()
+            answer = plugin.GetPreferredAllocation(preferred_request, timeout=10)
+            preferred.append((time.perf_counter() - began) * 1000)
+        (chosen,) = answer.container_responses
+        steered = all(device.startswith(f"{count % 2}-") for device in chosen.deviceIDs)
     api.send((mark, window_end))
     by_method: collections.Counter[str] = api.recv()
     p50, p99, worst = percentiles(latencies)
@@ -163,6 +179,11 @@ def measure(api: Connection, socket: Path, count: int) -> int:
     print(f"{count} pods on the node; {count} Allocates of {UNITS} devices each over gRPC")
     print(f"Allocate        p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {worst:6.2f} ms")
     print(f"empty RPC       p50 {e50:6.2f} ms  p99 {e99:6.2f} ms")
+    print(
+        f"GetPreferredAllocation of {LAST_UNITS} from {len(free):,} free IDs: p50 "
+        f"{statistics.median(preferred):.1f} ms, max {max(preferred):.1f} ms "
+        f"({'on' if steered else 'NOT on'} the scheduled GPU)"
+    )
     reads = sum(n for method, n in by_method.items() if method in ("GET", "POST", "PUT", "DELETE"))
     print(
         f"API requests during the Allocates: {dict(by_method) or 'none'} "

@@ -9,6 +9,8 @@ a Kubernetes Event.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 from collections import Counter
@@ -338,25 +340,18 @@ class GpushareAllocator:
         """Device IDs on the GPU(s) the scheduler chose, so kubelet's own records name them.
         Best effort: never an error (kubelet falls back to its own choice on a short answer)."""
         size = request.allocation_size
-        available = list(request.available_deviceIDs)
-        chosen = list(request.must_include_deviceIDs)
-        wanted: set[int] = set()
+        available = request.available_deviceIDs  # 160,000 IDs and more in share mode
+        chosen = dict.fromkeys(request.must_include_deviceIDs)  # an ordered set
+        wanted: tuple[str, ...] = ()
         with self._lock:
             found = self.pending.first(self.ledger.served(), size)
         if found:
             pod, need = found
-            try:
-                wanted = {gpu.index for gpu in self._placement(pod, need, ()).gpus}
-            except AllocateError:
-                wanted = set()  # Allocate will report it
-
-        def rank(device_id: str) -> tuple[bool, str]:
-            gpu = self.devices.gpu_of(device_id)
-            return (gpu is None or gpu.index not in wanted, device_id)
-
-        for device_id in sorted(available, key=rank):
+            with contextlib.suppress(AllocateError):  # Allocate will report it
+                wanted = self.devices.id_prefixes(gpu.index for gpu in self._placement(pod, need, ()).gpus)
+        on_wanted = [device_id for device_id in available if device_id.startswith(wanted)] if wanted else []
+        for device_id in itertools.chain(on_wanted, available):  # the scheduler's GPUs first
             if len(chosen) >= size:
                 break
-            if device_id not in chosen:
-                chosen.append(device_id)
-        return chosen
+            chosen.setdefault(device_id)
+        return list(chosen)

@@ -10,7 +10,7 @@ building anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -261,6 +261,11 @@ class DeviceList:
             self._message = b"".join(self._chunk(g, ok) for g, ok in zip(self.gpus, key, strict=True))
             self._key = key
         return self._message
+
+    def id_prefixes(self, indices: Iterable[int]) -> tuple[str, ...]:
+        """What every device ID of these GPUs starts with (for un-numbered IDs, the whole ID)."""
+        chosen = set(indices)
+        return tuple(prefix for prefix, (gpu, _) in self._owners.items() if gpu.index in chosen)
 
     def gpu_of(self, device_id: str) -> GpuInfo | None:
         """The GPU a device ID of this resource belongs to, None when it is not one of ours."""

@@ -111,6 +111,17 @@ def test_ids_never_advertised_belong_to_no_gpu(device_id: str) -> None:
     assert devices.gpu_of(device_id) is None
 
 
+@pytest.mark.parametrize("resource", [*RESOURCES["share"], *RESOURCES["number"], *RESOURCES["vgpu"]])
+def test_id_prefixes_select_exactly_the_ids_of_the_chosen_gpus(resource: Resource) -> None:
+    gpus = (gpu(0, 2500), gpu(1, 1200), gpu(10, 300))
+    devices = DeviceList(resource, gpus, Layout(factor=100, split_count=3))
+    advertised = [entry[0] for entry in decode(devices.message({g.uuid: True for g in gpus}))]
+    prefixes = devices.id_prefixes([1])
+    chosen = [device_id for device_id in advertised if device_id.startswith(prefixes)]
+    assert chosen and all(devices.gpu_of(device_id) == gpus[1] for device_id in chosen)
+    assert len(chosen) == sum(1 for device_id in advertised if devices.gpu_of(device_id) == gpus[1])
+
+
 def test_uuid_ids_map_only_whole_uuids() -> None:
     devices = DeviceList(RESOURCES["number"][0], (gpu(0), gpu(1)), Layout())
     assert devices.gpu_of(gpu(1).uuid) == gpu(1)
