@@ -1,10 +1,8 @@
-"""Allocate and GetPreferredAllocation for `share` and `number` (SPEC §3.1, §3.3).
-
-The pod is resolved from the node's pod cache (see `pending`), its GPUs come from the scheduler's
-`volcano.sh/gpu-index`, and the answer is recorded in the ledger before it is sent, with the pod
-and node annotation patches it calls for queued in the ledger's outbox: no API request is made
-while serving. Every failure is a gRPC error naming the pod, the container and the problem, plus
-a Kubernetes Event.
+"""What every strategy's Allocate shares (SPEC §3.3): resolve the pod from the node's pod cache
+(see `pending`), check kubelet's device IDs, record the answer in the ledger before it is sent
+with the patches it calls for queued in the ledger's outbox (no API request while serving), and
+turn every failure into a gRPC error naming the pod, the container and the problem, plus a
+Kubernetes Event. `plugin.gpushare` and `plugin.vgpu` supply the placement and the response.
 """
 
 from __future__ import annotations
@@ -16,12 +14,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol
 
 import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.fit import keys
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -29,7 +26,7 @@ from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Ledger, Patch
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
-from deviceplugin.plugin.pending import ContainerNeed, PendingPod, PendingPods
+from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods
 
 log = get_log(__name__)
 
@@ -48,14 +45,25 @@ class AllocateError(Exception):
         self.pod = pod
 
 
+# resource, outcome ("served", "repeat", "empty", "failed"), seconds the call took
+LatencyObserver = Callable[[str, str, float], None]
+
+
 @dataclass
 class AllocationStats:
-    """Counters the metrics endpoint exports: outcomes per resource, failures per reason, and
-    how often kubelet's device IDs were not on the GPUs the scheduler chose."""
+    """What the metrics endpoint exports: outcomes per resource, failures per reason, how often
+    kubelet's device IDs were not on the GPUs the scheduler chose, and each call's latency (to
+    the observers: the metrics module keeps the histogram)."""
 
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
     mismatches: Counter[str] = field(default_factory=Counter)
+    observers: list[LatencyObserver] = field(default_factory=list)
+
+    def record(self, resource: str, outcome: str, seconds: float) -> None:
+        self.outcomes[(resource, outcome)] += 1
+        for observe in self.observers:
+            observe(resource, outcome, seconds)
 
 
 class Allocator(Protocol):
@@ -66,6 +74,59 @@ class Allocator(Protocol):
     def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]: ...
 
 
+def kubelet_choice(request: pb.ContainerPreferredAllocationRequest, first: Sequence[str] = ()) -> list[str]:
+    """`allocation_size` IDs: the must-include ones, then `first`, then kubelet's own order."""
+    chosen = dict.fromkeys(request.must_include_deviceIDs)  # an ordered set
+    for device_id in itertools.chain(first, request.available_deviceIDs):
+        if len(chosen) >= request.allocation_size:
+            break
+        chosen.setdefault(device_id)
+    return list(chosen)
+
+
+def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
+    """The GPU of each of kubelet's device IDs; an AllocateError for none or unknown ones."""
+    resource = devices.resource.name
+    if not device_ids:
+        raise AllocateError(
+            grpc.StatusCode.INVALID_ARGUMENT, "empty-request", f"{resource}: Allocate named no device IDs"
+        )
+    gpus = [devices.gpu_of(device_id) for device_id in device_ids]
+    unknown = [d for d, gpu in zip(device_ids, gpus, strict=True) if gpu is None]
+    if unknown:
+        raise AllocateError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown-devices",
+            f"{resource}: device IDs {', '.join(unknown[:5])} are not devices of this node",
+        )
+    return [gpu for gpu in gpus if gpu is not None]
+
+
+class AccountingAllocator:
+    """For resources that only let kubelet account capacity (`vgpu-memory`, `vgpu-cores`): the
+    work is done by the `vgpu-number` Allocate of the same container, so each container gets an
+    empty response once its IDs are known to be ours."""
+
+    def __init__(self, devices: DeviceList, stats: AllocationStats) -> None:
+        self.devices = devices
+        self.stats = stats
+
+    def allocate(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        started = time.perf_counter()
+        resource = self.devices.resource.name
+        try:
+            check_ids(self.devices, device_ids)
+        except AllocateError as err:
+            self.stats.failures[err.reason] += 1
+            self.stats.record(resource, "failed", time.perf_counter() - started)
+            raise
+        self.stats.record(resource, "empty", time.perf_counter() - started)
+        return pb.ContainerAllocateResponse()
+
+    def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
+        return kubelet_choice(request)
+
+
 @dataclass(frozen=True, slots=True)
 class Served:
     pod: PendingPod
@@ -73,8 +134,12 @@ class Served:
     gpus: tuple[GpuInfo, ...]
 
 
-class GpushareAllocator:
-    """Serves one resource: `volcano.sh/gpu-memory` (share) or `volcano.sh/gpu-number` (number)."""
+class PodAllocator(Generic[P]):
+    """Serves one resource whose Allocate is matched to a pod. Subclasses say where the pod's
+    GPUs are (`_placement`), what the container gets (`_response`, `_shares`) and which patches
+    follow (`_patches`, `_failure_patches`)."""
+
+    lock_key = ""  # the scheduler's node lock annotation, released after a pod and on failure
 
     def __init__(
         self,
@@ -92,7 +157,6 @@ class GpushareAllocator:
     ) -> None:
         self.devices = devices
         self.resource = devices.resource.name
-        self.share = devices.resource.memory_based
         self.health = health
         self.pods = pods
         self.ledger = ledger
@@ -102,14 +166,43 @@ class GpushareAllocator:
         self.timeout_s = timeout_s
         self.stats = stats or AllocationStats()
         self.on_outbox = on_outbox  # patches were queued: the outbox worker can send them now
-        self.pending = PendingPods(self.resource)
+        self.pending: PendingPods[P] = PendingPods(self._read_pod)
         self.pending.follow(pods)
         self._by_index = {gpu.index: gpu for gpu in devices.gpus}
         self._lock = threading.Lock()  # one resolution at a time: no pod is served twice
 
-    # --- resolution ---------------------------------------------------------------------------
+    # --- what a strategy supplies ---------------------------------------------------------------
 
-    def _resolve(self, units: int, deadline: float) -> tuple[PendingPod, ContainerNeed]:
+    def _read_pod(self, pod: Obj) -> P | None:
+        """The pod as a candidate; None when it is not one (finished, served, not ours)."""
+        raise NotImplementedError
+
+    def _placement(self, pod: P, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
+        raise NotImplementedError
+
+    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
+        raise NotImplementedError
+
+    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
+        raise NotImplementedError
+
+    def _patches(self, served: Served, complete: bool) -> list[Patch]:
+        """Patches to queue with the allocation; `complete`: every GPU container is now served."""
+        raise NotImplementedError
+
+    def _failure_patches(self, pod: PendingPod | None) -> list[Patch]:
+        return [self._unlock()]
+
+    def _asking(self, units: int) -> str:
+        """What a request of `units` devices asks for, in words."""
+        return f"{units} {self.resource}"
+
+    # --- shared parts ---------------------------------------------------------------------------
+
+    def _unlock(self) -> Patch:
+        return Patch("node", "", self.node_name, {self.lock_key: None})
+
+    def _resolve(self, units: int, deadline: float) -> tuple[P, ContainerNeed]:
         """The pod and container this request is for, waiting (bounded) for the cache."""
         served = self.ledger.served()
         match = self.pending.first(served, units)
@@ -120,7 +213,7 @@ class GpushareAllocator:
             match = self.pending.first(served, units)
         if match is not None:
             return match
-        what = f"{units} unit(s) of {self.resource}" if self.share else f"{units} {self.resource}"
+        what = self._asking(units)
         if not self.pods.synced:
             raise AllocateError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -135,131 +228,18 @@ class GpushareAllocator:
             f"(waited {self.timeout_s:g}s; {len(self.pods.pods())} pod(s) on the node)",
         )
 
-    def _slice(self, pod: PendingPod, need: ContainerNeed) -> tuple[int, int]:
-        """Which entries of gpu-index belong to a number-mode container: app containers take
-        consecutive GPUs in container order; init containers run first and start from the top."""
-        if need.init:
-            return 0, need.units
-        offset = 0
-        for other in pod.needs:
-            if other.name == need.name:
-                break
-            if not other.init:
-                offset += other.units
-        return offset, offset + need.units
-
-    def _gpu(self, pod: PendingPod, need: ContainerNeed, index: int) -> GpuInfo:
-        where = f"pod {pod.display} container {need.name!r}"
-        gpu = self._by_index.get(index)
-        if gpu is None:
-            raise AllocateError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "gpu-missing",
-                f"{where}: {keys.GPU_INDEX} names GPU {index}, which node {self.node_name} does not have "
-                f"(it has {', '.join(str(i) for i in sorted(self._by_index))})",
-                pod,
-            )
+    def _usable(self, gpu: GpuInfo, where: str, named: str) -> GpuInfo:
+        """`gpu` if healthy; `named` says how the pod named it."""
         if not self.health.snapshot()[1].get(gpu.uuid, False):
             raise AllocateError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "gpu-unhealthy",
-                f"{where}: {keys.GPU_INDEX} names GPU {index} ({gpu.uuid}), which is unhealthy",
-                pod,
+                f"{where}: {named} names GPU {gpu.index} ({gpu.uuid}), which is unhealthy",
             )
         return gpu
 
-    def _placement(self, pod: PendingPod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
-        where = f"pod {pod.display} container {need.name!r}"
-        if pod.problem:
-            raise AllocateError(
-                grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}", pod
-            )
-        if pod.gpu_index is None:
-            if self.share:
-                raise AllocateError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "no-gpu-index",
-                    f"{where}: no {keys.GPU_INDEX} annotation: in share mode the pod must be placed by a "
-                    "Volcano-compatible scheduler (Volcano's deviceshare plugin or this project's extender)",
-                    pod,
-                )
-            return Served(pod, need, tuple(kubelet_gpus))  # number mode: the GPUs kubelet chose
-        if self.share:
-            if len(pod.gpu_index) != 1:
-                raise AllocateError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "bad-annotation",
-                    f"{where}: {keys.GPU_INDEX} {pod.gpu_index} lists {len(pod.gpu_index)} GPUs; "
-                    "a gpu-memory pod lives on one",
-                    pod,
-                )
-            gpu = self._gpu(pod, need, pod.gpu_index[0])
-            wanted = need.units * self.devices.layout.factor
-            if wanted > gpu.memory_mib:
-                raise AllocateError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "too-large",
-                    f"{where}: asks for {wanted} MiB; GPU {gpu.index} has {gpu.memory_mib} MiB",
-                    pod,
-                )
-            return Served(pod, need, (gpu,))
-        start, stop = self._slice(pod, need)
-        if stop > len(pod.gpu_index):
-            raise AllocateError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "bad-annotation",
-                f"{where}: needs GPUs {start}..{stop - 1} of {keys.GPU_INDEX} {list(pod.gpu_index)}, "
-                f"which lists only {len(pod.gpu_index)}",
-                pod,
-            )
-        return Served(pod, need, tuple(self._gpu(pod, need, i) for i in pod.gpu_index[start:stop]))
-
-    # --- the answer ---------------------------------------------------------------------------
-
     def _visible(self, gpus: Sequence[GpuInfo]) -> str:
         return ",".join(gpu.uuid if self.id_strategy == "uuid" else str(gpu.index) for gpu in gpus)
-
-    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
-        envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus)}
-        if self.share:
-            (gpu,) = served.gpus
-            envs["VOLCANO_GPU_ALLOCATED"] = str(served.need.units * self.devices.layout.factor)
-            envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(gpu.memory_mib)
-        return pb.ContainerAllocateResponse(envs=envs)
-
-    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
-        if self.share:
-            return (
-                GpuShare(
-                    served.gpus[0].uuid, served.gpus[0].index, served.need.units * self.devices.layout.factor
-                ),
-            )
-        return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in served.gpus)
-
-    def _patches(self, pod: PendingPod, complete: bool) -> list[Patch]:
-        if not complete:
-            return []
-        return [
-            Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}),
-            Patch("node", "", self.node_name, {keys.GPUSHARE_LOCK: None}),  # Volcano's node lock, if taken
-        ]
-
-    def _check_ids(self, device_ids: Sequence[str]) -> list[GpuInfo]:
-        if not device_ids:
-            raise AllocateError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "empty-request",
-                f"{self.resource}: Allocate named no device IDs",
-            )
-        gpus = [self.devices.gpu_of(device_id) for device_id in device_ids]
-        unknown = [d for d, gpu in zip(device_ids, gpus, strict=True) if gpu is None]
-        if unknown:
-            raise AllocateError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "unknown-devices",
-                f"{self.resource}: device IDs {', '.join(unknown[:5])} are not devices of this node",
-            )
-        return [gpu for gpu in gpus if gpu is not None]
 
     def _note_mismatch(self, served: Served, kubelet_gpus: Sequence[GpuInfo]) -> None:
         if {g.uuid for g in kubelet_gpus} <= {g.uuid for g in served.gpus}:
@@ -277,30 +257,37 @@ class GpushareAllocator:
     def _involved(self, pod: PendingPod) -> Involved:
         return Involved("Pod", pod.name, pod.namespace, pod.uid)
 
-    # --- RPCs ---------------------------------------------------------------------------------
+    # --- RPCs -----------------------------------------------------------------------------------
 
     def allocate(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
         """Serve one container; raises `AllocateError` (after an Event) when it cannot."""
+        started = time.perf_counter()
         try:
             response, outcome = self._allocate(device_ids, time.monotonic() + self.timeout_s)
         except AllocateError as err:
             self._failed(err)
+            self.stats.record(self.resource, "failed", time.perf_counter() - started)
             raise
-        self.stats.outcomes[(self.resource, outcome)] += 1
+        self.stats.record(self.resource, outcome, time.perf_counter() - started)
         return response
 
     def _allocate(
         self, device_ids: Sequence[str], deadline: float
     ) -> tuple[pb.ContainerAllocateResponse, str]:
-        kubelet_gpus = self._check_ids(device_ids)
+        kubelet_gpus = check_ids(self.devices, device_ids)
         with self._lock:
             repeat = self.ledger.find_by_devices(self.resource, device_ids)
             if repeat is not None:
                 return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
             pod, need = self._resolve(len(device_ids), deadline)
-            served = self._placement(pod, need, kubelet_gpus)
+            try:
+                served = self._placement(pod, need, kubelet_gpus)
+            except AllocateError as err:
+                err.pod = err.pod or pod
+                raise
             response = self._response(served)
-            complete = self.pending.containers_left(pod, self.ledger.served()) == 1
+            complete = pod.containers_left(self.ledger.served()) == 1
+            patches = self._patches(served, complete)
             self.ledger.record(
                 Allocation(
                     pod_uid=pod.uid,
@@ -312,9 +299,9 @@ class GpushareAllocator:
                     device_ids=tuple(device_ids),
                     response=response.SerializeToString(),
                 ),
-                self._patches(pod, complete),
+                patches,
             )
-        if complete:
+        if patches:
             self.on_outbox()
         self._note_mismatch(served, kubelet_gpus)
         log.info(
@@ -328,30 +315,23 @@ class GpushareAllocator:
         return response, "served"
 
     def _failed(self, err: AllocateError) -> None:
-        self.stats.outcomes[(self.resource, "failed")] += 1
         self.stats.failures[err.reason] += 1
         log.error("allocate failed", resource=self.resource, reason=err.reason, error=str(err))
         about = self._involved(err.pod) if err.pod else Involved.node(self.node_name, uid=self.node_name)
         self.events.warning(about, "GpuAllocationFailed", str(err))
-        self.ledger.enqueue([Patch("node", "", self.node_name, {keys.GPUSHARE_LOCK: None})])
+        self.ledger.enqueue(self._failure_patches(err.pod))
         self.on_outbox()
 
     def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         """Device IDs on the GPU(s) the scheduler chose, so kubelet's own records name them.
         Best effort: never an error (kubelet falls back to its own choice on a short answer)."""
-        size = request.allocation_size
-        available = request.available_deviceIDs  # 160,000 IDs and more in share mode
-        chosen = dict.fromkeys(request.must_include_deviceIDs)  # an ordered set
         wanted: tuple[str, ...] = ()
         with self._lock:
-            found = self.pending.first(self.ledger.served(), size)
+            found = self.pending.first(self.ledger.served(), request.allocation_size)
         if found:
             pod, need = found
             with contextlib.suppress(AllocateError):  # Allocate will report it
                 wanted = self.devices.id_prefixes(gpu.index for gpu in self._placement(pod, need, ()).gpus)
+        available = request.available_deviceIDs  # 160,000 IDs and more in share mode
         on_wanted = [device_id for device_id in available if device_id.startswith(wanted)] if wanted else []
-        for device_id in itertools.chain(on_wanted, available):  # the scheduler's GPUs first
-            if len(chosen) >= size:
-                break
-            chosen.setdefault(device_id)
-        return list(chosen)
+        return kubelet_choice(request, on_wanted)

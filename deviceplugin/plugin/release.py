@@ -48,6 +48,7 @@ class Releaser:
         interval_s: float,
         grace_s: float,
         clock: Callable[[], float] = time.monotonic,
+        on_released: Callable[[str], None] = lambda pod_uid: None,
     ) -> None:
         self.ledger = ledger
         self.pods = pods
@@ -55,17 +56,22 @@ class Releaser:
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.clock = clock
+        self.on_released = on_released  # a pod's rows were released: free what it held on the host
         self._absent_since: dict[tuple[str, str, str], float] = {}
         self._warned = False
         self._worker = Worker("release", self._run)
         if pods is not None:
             pods.add_listener(self.on_pod)
 
+    def _release(self, pod_uid: str, reason: str) -> None:
+        if self.ledger.release_pod(pod_uid, reason):
+            self.on_released(pod_uid)
+
     def on_pod(self, kind: str, pod: Obj) -> None:
         if kind == "DELETED":
-            self.ledger.release_pod(objects.uid(pod), "pod deleted")
+            self._release(objects.uid(pod), "pod deleted")
         elif objects.is_terminal(pod):
-            self.ledger.release_pod(objects.uid(pod), f"pod {objects.phase(pod)}")
+            self._release(objects.uid(pod), f"pod {objects.phase(pod)}")
 
     def release_missing_pods(self) -> None:
         """Rows of pods the synced cache does not hold: they went away while nobody watched."""
@@ -73,7 +79,7 @@ class Releaser:
             return
         present = {objects.uid(pod) for pod in self.pods.pods()}
         for uid in {allocation.pod_uid for allocation in self.ledger.active()} - present:
-            self.ledger.release_pod(uid, "pod no longer on the node")
+            self._release(uid, "pod no longer on the node")
 
     def release_unlisted(self) -> None:
         """Rows whose container kubelet has not listed for the whole grace period."""
@@ -97,9 +103,7 @@ class Releaser:
                 continue
             since = self._absent_since.setdefault(key, now)
             if now - since >= self.grace_s:
-                self.ledger.release_pod(
-                    allocation.pod_uid, f"container {allocation.container} not in pod-resources"
-                )
+                self._release(allocation.pod_uid, f"container {allocation.container} not in pod-resources")
         self._absent_since = {key: since for key, since in self._absent_since.items() if key in live}
 
     def start(self) -> None:

@@ -5,140 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.gpu.base import GpuInfo
-from deviceplugin.gpu.health import HealthState
-from deviceplugin.kube.api import Kube, load_client
-from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import Ledger
-from deviceplugin.plugin.allocate import AllocateError, GpushareAllocator
-from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
-from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.sim.apiserver import ApiServerEmulator
-
-NODE = "node-a"
-MEM, NUM = "volcano.sh/gpu-memory", "volcano.sh/gpu-number"
-GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}{i}{i}", model="Fake GPU", memory_mib=10989) for i in range(3))
-WAIT_S = 10.0
-
-
-@dataclass
-class Rig:
-    apiserver: ApiServerEmulator
-    kube: Kube
-    pods: PodCache
-    ledger: Ledger
-    events: EventRecorder
-    health: HealthState
-    allocator: GpushareAllocator
-    outbox: OutboxWorker
-
-    def pod(
-        self,
-        name: str,
-        containers: list[tuple[str, int]],
-        *,
-        gpu_index: str | None = "0",
-        predicate_time: int | None = 1,
-        init: list[tuple[str, int]] | None = None,
-        node: str = NODE,
-        resource: str = MEM,
-        extra: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        annotations = dict(extra or {})
-        if gpu_index is not None:
-            annotations["volcano.sh/gpu-index"] = gpu_index
-        if predicate_time is not None:
-            annotations["volcano.sh/predicate-time"] = str(predicate_time)
-
-        def spec(items: list[tuple[str, int]]) -> list[dict[str, Any]]:
-            return [
-                {"name": n, "image": "cuda", "resources": {"limits": {resource: str(u)} if u else {}}}
-                for n, u in items
-            ]
-
-        pod = {
-            "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-            "spec": {"nodeName": node, "containers": spec(containers), "initContainers": spec(init or [])},
-        }
-        created = self.apiserver.create("pods", pod)
-        if node == NODE:
-            uid = created["metadata"]["uid"]
-            assert self.pods.wait_until(lambda c: c.get(uid) is not None, WAIT_S)
-        return created
-
-    def events_about(self, name: str) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            found = [e for e in self.apiserver.list("events", "") if e["involvedObject"]["name"] == name]
-            if found:
-                return found
-            time.sleep(0.02)
-        return []
-
-
-def ids(gpu: int, start: int, count: int) -> list[str]:
-    return [f"{gpu}-{n}" for n in range(start, start + count)]
-
-
-def envs(response: pb.ContainerAllocateResponse) -> dict[str, str]:
-    return dict(response.envs)
-
-
-def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeout_s: float = 1.0) -> Rig:
-    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
-    apiserver.create("nodes", {"metadata": {"name": NODE}})
-    kube = Kube(load_client(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
-    pods = PodCache(kube, NODE)
-    pods.start()
-    assert pods.wait_synced(WAIT_S)
-    ledger = Ledger(tmp_path / "ledger.db")
-    events = EventRecorder(kube, NODE)
-    events.start()
-    health = HealthState(tuple(g.uuid for g in GPUS))
-    devices = DeviceList(RESOURCES[strategy][0], GPUS, Layout())  # type: ignore[index]
-    outbox = OutboxWorker(ledger, kube)
-    allocator = GpushareAllocator(
-        devices, health, pods, ledger, events, node_name=NODE, timeout_s=timeout_s, on_outbox=outbox.wake
-    )
-    return Rig(apiserver, kube, pods, ledger, events, health, allocator, outbox)
-
-
-@pytest.fixture
-def share(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
-    rig = make_rig(tmp_path, apiserver, "share")
-    yield rig
-    for part in (rig.outbox, rig.pods, rig.events):
-        part.stop()
-    rig.ledger.close()
-
-
-@pytest.fixture
-def number(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
-    rig = make_rig(tmp_path, apiserver, "number")
-    yield rig
-    for part in (rig.outbox, rig.pods, rig.events):
-        part.stop()
-    rig.ledger.close()
-
-
-def fails(rig: Rig, device_ids: list[str], code: grpc.StatusCode, *fragments: str) -> AllocateError:
-    with pytest.raises(AllocateError) as caught:
-        rig.allocator.allocate(device_ids)
-    assert caught.value.code == code, str(caught.value)
-    for fragment in fragments:
-        assert fragment in str(caught.value)
-    return caught.value
-
+from tests.plugin.rig import GPUS, MEM, NODE, NUM, WAIT_S, Rig, close_rig, envs, fails, ids, make_rig
 
 # --- the documented example ----------------------------------------------------------------
 
@@ -251,9 +126,7 @@ def test_terminating_pod_is_skipped(tmp_path: Path) -> None:
             rig.allocator.allocate(ids(0, 0, 64))
             assert [a.pod_name for a in rig.ledger.active()] == ["staying"]
         finally:
-            for part in (rig.pods, rig.events):
-                part.stop()
-            rig.ledger.close()
+            close_rig(rig)
 
 
 def test_a_pod_arriving_during_the_wait_is_served(share: Rig) -> None:

@@ -1,0 +1,177 @@
+"""Allocate for `share` (`volcano.sh/gpu-memory`) and `number` (`volcano.sh/gpu-number`), SPEC §3.1.
+
+The scheduler's choice is `volcano.sh/gpu-index`; pods are served in `volcano.sh/predicate-time`
+order and marked `volcano.sh/gpu-assigned: "true"` once every GPU container is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.fit import keys, objects
+from deviceplugin.fit.codec import parse_gpu_index
+from deviceplugin.fit.errors import FitInputError
+from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.ledger import GpuShare, Patch
+from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
+from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
+
+
+@dataclass(frozen=True, slots=True)
+class GpusharePod(PendingPod):
+    gpu_index: tuple[int, ...] | None = None  # None: the annotation is absent
+
+
+def read_gpushare_pod(pod: Obj, resource: str) -> GpusharePod | None:
+    """The pod as a candidate for `resource`; None when it is finished, terminating or assigned.
+
+    Serving order: pods placed by the scheduler (with gpu-index) first, then predicate-time,
+    creation time and UID.
+    """
+    notes = objects.annotations_of(pod)
+    if (
+        objects.is_terminal(pod)
+        or objects.metadata(pod).get("deletionTimestamp")
+        or notes.get(keys.GPU_ASSIGNED) == "true"
+    ):
+        return None
+    uid, namespace, name, created = pod_identity(pod)
+    problems: list[str] = []
+    needs: list[ContainerNeed] = []
+    for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
+        for container in containers:
+            try:
+                units = whole_units(container, resource)
+            except FitInputError as err:
+                problems.append(str(err))
+                continue
+            if units > 0:
+                needs.append(ContainerNeed(objects.container_name(container), init, units))
+    gpu_index: tuple[int, ...] | None = None
+    if keys.GPU_INDEX in notes:
+        try:
+            gpu_index = tuple(parse_gpu_index(notes[keys.GPU_INDEX]))
+        except FitInputError as err:
+            problems.append(f"{keys.GPU_INDEX}: {err}")
+    predicate_time: int | None = None
+    raw_time = notes.get(keys.PREDICATE_TIME)
+    if raw_time is not None:
+        if raw_time.isascii() and raw_time.isdigit():
+            predicate_time = int(raw_time)
+        else:
+            problems.append(f"{keys.PREDICATE_TIME} {raw_time!r} is not a number of nanoseconds")
+    return GpusharePod(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        needs=tuple(needs),
+        need_keys=tuple((uid, need.name, resource) for need in needs),
+        rank=(gpu_index is None, predicate_time is None, predicate_time or 0, created, uid),
+        problem="; ".join(problems),
+        gpu_index=gpu_index,
+    )
+
+
+class GpushareAllocator(PodAllocator[GpusharePod]):
+    """Serves one resource: `volcano.sh/gpu-memory` (share) or `volcano.sh/gpu-number` (number)."""
+
+    lock_key = keys.GPUSHARE_LOCK
+
+    @property
+    def share(self) -> bool:
+        return self.devices.resource.memory_based
+
+    def _read_pod(self, pod: Obj) -> GpusharePod | None:
+        return read_gpushare_pod(pod, self.resource)
+
+    def _asking(self, units: int) -> str:
+        return f"{units} unit(s) of {self.resource}" if self.share else f"{units} {self.resource}"
+
+    def _slice(self, pod: GpusharePod, need: ContainerNeed) -> tuple[int, int]:
+        """Which entries of gpu-index belong to a number-mode container: app containers take
+        consecutive GPUs in container order; init containers run first and start from the top."""
+        if need.init:
+            return 0, need.units
+        offset = 0
+        for other in pod.needs:
+            if other.name == need.name:
+                break
+            if not other.init:
+                offset += other.units
+        return offset, offset + need.units
+
+    def _gpu(self, where: str, index: int) -> GpuInfo:
+        gpu = self._by_index.get(index)
+        if gpu is None:
+            raise AllocateError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "gpu-missing",
+                f"{where}: {keys.GPU_INDEX} names GPU {index}, which node {self.node_name} does not have "
+                f"(it has {', '.join(str(i) for i in sorted(self._by_index))})",
+            )
+        return self._usable(gpu, where, keys.GPU_INDEX)
+
+    def _placement(self, pod: GpusharePod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
+        where = f"pod {pod.display} container {need.name!r}"
+        if pod.problem:
+            raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
+        if pod.gpu_index is None:
+            if self.share:
+                raise AllocateError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "no-gpu-index",
+                    f"{where}: no {keys.GPU_INDEX} annotation: in share mode the pod must be placed by a "
+                    "Volcano-compatible scheduler (Volcano's deviceshare plugin or this project's extender)",
+                )
+            return Served(pod, need, tuple(kubelet_gpus))  # number mode: the GPUs kubelet chose
+        if self.share:
+            if len(pod.gpu_index) != 1:
+                raise AllocateError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "bad-annotation",
+                    f"{where}: {keys.GPU_INDEX} {pod.gpu_index} lists {len(pod.gpu_index)} GPUs; "
+                    "a gpu-memory pod lives on one",
+                )
+            gpu = self._gpu(where, pod.gpu_index[0])
+            wanted = need.units * self.devices.layout.factor
+            if wanted > gpu.memory_mib:
+                raise AllocateError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "too-large",
+                    f"{where}: asks for {wanted} MiB; GPU {gpu.index} has {gpu.memory_mib} MiB",
+                )
+            return Served(pod, need, (gpu,))
+        start, stop = self._slice(pod, need)
+        if stop > len(pod.gpu_index):
+            raise AllocateError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "bad-annotation",
+                f"{where}: needs GPUs {start}..{stop - 1} of {keys.GPU_INDEX} {list(pod.gpu_index)}, "
+                f"which lists only {len(pod.gpu_index)}",
+            )
+        return Served(pod, need, tuple(self._gpu(where, i) for i in pod.gpu_index[start:stop]))
+
+    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
+        envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus)}
+        if self.share:
+            (gpu,) = served.gpus
+            envs["VOLCANO_GPU_ALLOCATED"] = str(served.need.units * self.devices.layout.factor)
+            envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(gpu.memory_mib)
+        return pb.ContainerAllocateResponse(envs=envs)
+
+    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
+        if self.share:
+            gpu = served.gpus[0]
+            return (GpuShare(gpu.uuid, gpu.index, served.need.units * self.devices.layout.factor),)
+        return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in served.gpus)
+
+    def _patches(self, served: Served, complete: bool) -> list[Patch]:
+        if not complete:
+            return []
+        pod = served.pod
+        # Volcano's node lock, if it took one
+        return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}), self._unlock()]

@@ -1,0 +1,71 @@
+"""HAMi-core's files on the host (`--hook-path`), which vGPU containers get mounted (SPEC §3.2).
+
+- `libvgpu.so`: the HAMi-core library, installed by the operator (the plugin only checks for it).
+- `ld.so.preload`: one line naming the library where the container sees it; written here.
+- `vgpu/containers/<pod UID>_<container>/`: each container's shared cache, created at Allocate
+  and removed when the ledger releases the pod.
+- `vgpu/lock/`: the lock directory HAMi-core's processes share on the node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+# Where the container sees each file (HAMi-core's own conventions).
+CONTAINER_LIBRARY = "/usr/local/vgpu/libvgpu.so"
+CONTAINER_PRELOAD = "/etc/ld.so.preload"
+CONTAINER_CACHE_DIR = "/tmp/vgpu"
+CONTAINER_LOCK_DIR = "/tmp/vgpulock"
+SHARED = 0o777  # written by whatever user the container runs as
+
+
+class HookPath:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.library = root / "libvgpu.so"
+        self.preload = root / "ld.so.preload"
+        self.containers = root / "vgpu" / "containers"
+        self.lock = root / "vgpu" / "lock"
+
+    def prepare(self) -> None:
+        """Create the directories and the preload file (kept when present: an operator may have
+        written their own)."""
+        for directory in (self.containers, self.lock):
+            directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.lock, SHARED)
+        if not self.preload.exists():
+            self.preload.write_text(CONTAINER_LIBRARY + "\n")
+        if not self.library.is_file():
+            log.warning("HAMi-core library missing: vGPU containers cannot start", path=str(self.library))
+
+    def container_dir(self, pod_uid: str, container: str) -> Path:
+        """The container's cache directory, created empty (a stale one from an earlier pod
+        incarnation would hand it another container's state)."""
+        path = self.containers / f"{pod_uid}_{container}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        os.chmod(path, SHARED)
+        return path
+
+    def remove_pod(self, pod_uid: str) -> None:
+        for path in self.containers.glob(f"{pod_uid}_*"):
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("vgpu cache dir removed", path=str(path))
+
+    def sweep(self, live_pod_uids: Iterable[str]) -> None:
+        """Remove the directories of pods the ledger no longer holds (released while the daemon
+        was down, or created by an Allocate that crashed before its ledger write)."""
+        live = set(live_pod_uids)
+        if not self.containers.is_dir():
+            return
+        for path in self.containers.iterdir():
+            if path.name.partition("_")[0] not in live:
+                shutil.rmtree(path, ignore_errors=True)
+                log.info("stale vgpu cache dir removed", path=str(path))

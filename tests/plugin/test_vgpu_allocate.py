@@ -1,0 +1,319 @@
+"""vGPU Allocate (SPEC §3.2) in process against the API-server emulator over HTTP, with a real
+ledger, pod cache, events and outbox, and the HAMi-core hook directory on disk."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.fit.codec import encode_pod_devices
+from deviceplugin.fit.model import Assigned
+from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats
+from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
+from deviceplugin.plugin.release import Releaser
+from deviceplugin.plugin.vgpu import VgpuAllocator
+from tests.plugin.rig import GPUS, NODE, WAIT_S, Rig, envs, fails
+
+NUMBER, MEMORY, CORES = "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores"
+Device = tuple[str, int, int]  # UUID, memory (MiB), cores
+
+
+def slots(*containers: list[Device]) -> str:
+    return encode_pod_devices(
+        [[Assigned(uuid, None, "NVIDIA", memory, cores) for uuid, memory, cores in c] for c in containers]
+    )
+
+
+def vpod(
+    rig: Rig,
+    name: str,
+    containers: list[tuple[str, list[Device]]],
+    *,
+    vgpu_time: int = 1,
+    node: str = NODE,
+    annotations: dict[str, str] | None = None,
+    env: dict[str, list[dict[str, str]]] | None = None,
+    cpu_first: bool = False,
+) -> dict[str, Any]:
+    """A pod as the scheduler leaves it after a vGPU bind: one container per (name, devices),
+    each limiting vgpu-number to its device count (and memory to the first device's)."""
+    notes = {
+        "volcano.sh/vgpu-node": node,
+        "volcano.sh/vgpu-time": str(vgpu_time),
+        "volcano.sh/devices-to-allocate": slots(*(devices for _, devices in containers)),
+        "volcano.sh/vgpu-ids-new": slots(*(devices for _, devices in containers)),
+        "volcano.sh/bind-phase": "allocating",
+        **(annotations or {}),
+    }
+    specs: list[dict[str, Any]] = [
+        {
+            "name": container,
+            "image": "cuda",
+            "env": (env or {}).get(container, []),
+            "resources": {"limits": {NUMBER: str(len(devices)), MEMORY: str(devices[0][1])}},
+        }
+        for container, devices in containers
+    ]
+    if cpu_first:
+        specs.insert(0, {"name": "log", "image": "busybox"})
+    pod = {
+        "metadata": {"name": name, "namespace": "ml", "annotations": notes},
+        "spec": {"nodeName": NODE, "containers": specs},
+    }
+    return rig.create(pod)
+
+
+def notes_of(rig: Rig, name: str) -> dict[str, str]:
+    pod = rig.apiserver.get("pods", name, "ml") or {}
+    return dict(pod.get("metadata", {}).get("annotations") or {})
+
+
+def settled(rig: Rig, name: str, phase: str) -> dict[str, str]:
+    """Send the outbox and wait until the pod's bind-phase is `phase`; its annotations then."""
+    rig.outbox.start()
+    deadline = time.monotonic() + WAIT_S
+    while notes_of(rig, name).get("volcano.sh/bind-phase") != phase and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return notes_of(rig, name)
+
+
+def mounts(response: pb.ContainerAllocateResponse) -> dict[str, tuple[str, bool]]:
+    return {m.container_path: (m.host_path, m.read_only) for m in response.mounts}
+
+
+# --- the documented job --------------------------------------------------------------------
+
+
+def test_three_workers_share_gpu_0_with_their_memory_limits(vgpu: Rig) -> None:
+    for n in range(3):
+        vpod(vgpu, f"worker-{n}", [("cuda", [("GPU-000", 1024, 0)])], vgpu_time=100 + n)
+    responses = [vgpu.allocator.allocate([f"GPU-000-{n}"]) for n in range(3)]
+    for response in responses:
+        assert envs(response)["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+        assert envs(response)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+        assert envs(response)["CUDA_DEVICE_SM_LIMIT"] == "0"
+    assert [a.pod_name for a in vgpu.ledger.active()] == ["worker-0", "worker-1", "worker-2"]
+    for n in range(3):
+        done = settled(vgpu, f"worker-{n}", "success")
+        assert done["volcano.sh/bind-phase"] == "success"
+        assert done["volcano.sh/devices-to-allocate"] == ""
+        assert done["volcano.sh/vgpu-ids-new"] == "GPU-000,NVIDIA,1024,0:"  # the scheduler's record stays
+    assert vgpu.ledger.outbox_size() == 0
+
+
+def test_the_response_carries_hami_core_mounts_and_a_fresh_cache_dir(vgpu: Rig, tmp_path: Path) -> None:
+    pod = vpod(vgpu, "train", [("cuda", [("GPU-111", 2048, 30)])])
+    response = vgpu.allocator.allocate(["GPU-111-3"])
+    hook = tmp_path / "hook"
+    cache = hook / "vgpu" / "containers" / f"{pod['metadata']['uid']}_cuda"
+    assert mounts(response) == {
+        "/usr/local/vgpu/libvgpu.so": (str(hook / "libvgpu.so"), True),
+        "/etc/ld.so.preload": (str(hook / "ld.so.preload"), True),
+        "/tmp/vgpu": (str(cache), False),
+        "/tmp/vgpulock": (str(hook / "vgpu" / "lock"), False),
+    }
+    assert cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o777
+    assert (hook / "ld.so.preload").read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    assert envs(response)["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert envs(response)["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith("/tmp/vgpu/")
+    # Releasing the pod (here: its deletion, as the release loop sees it) removes the directory.
+    releaser = Releaser(
+        vgpu.ledger,
+        None,
+        tmp_path / "none.sock",
+        interval_s=60,
+        grace_s=60,
+        on_released=vgpu.allocator.hook.remove_pod,  # type: ignore[attr-defined]
+    )
+    releaser.on_pod("DELETED", pod)
+    assert not cache.exists()
+    assert vgpu.ledger.active() == []
+
+
+# --- containers ------------------------------------------------------------------------------
+
+
+def test_a_container_with_two_vgpus(vgpu: Rig) -> None:
+    vpod(vgpu, "wide", [("cuda", [("GPU-000", 1000, 50), ("GPU-222", 3000, 50)])])
+    response = envs(vgpu.allocator.allocate(["GPU-000-0", "GPU-222-1"]))
+    assert response["NVIDIA_VISIBLE_DEVICES"] == "GPU-000,GPU-222"
+    assert (response["CUDA_DEVICE_MEMORY_LIMIT_0"], response["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
+        "1000m",
+        "3000m",
+    )
+    assert [(u.index, u.memory, u.cores) for u in vgpu.ledger.usage_by_gpu()] == [
+        (0, 1000, 50),
+        (2, 3000, 50),
+    ]
+
+
+def test_two_gpu_containers_after_a_cpu_container_each_get_their_own_slot(vgpu: Rig) -> None:
+    vpod(
+        vgpu,
+        "pair",
+        [("trainer", [("GPU-000", 512, 0)]), ("evaluator", [("GPU-111", 256, 0)])],
+        cpu_first=True,
+    )
+    first = envs(vgpu.allocator.allocate(["GPU-000-0"]))
+    assert (first["NVIDIA_VISIBLE_DEVICES"], first["CUDA_DEVICE_MEMORY_LIMIT_0"]) == ("GPU-000", "512m")
+    vgpu.outbox.run_once()
+    after_first = notes_of(vgpu, "pair")
+    assert after_first["volcano.sh/devices-to-allocate"] == ";GPU-111,NVIDIA,256,0:"
+    assert after_first["volcano.sh/bind-phase"] == "allocating"  # one GPU container still to come
+    second = envs(vgpu.allocator.allocate(["GPU-111-0"]))
+    assert (second["NVIDIA_VISIBLE_DEVICES"], second["CUDA_DEVICE_MEMORY_LIMIT_0"]) == ("GPU-111", "256m")
+    done = settled(vgpu, "pair", "success")
+    assert done["volcano.sh/devices-to-allocate"] == ";"
+    assert sorted(a.container for a in vgpu.ledger.active()) == ["evaluator", "trainer"]
+
+
+def test_cuda_disable_control_skips_the_preload_only(vgpu: Rig) -> None:
+    vpod(
+        vgpu,
+        "free",
+        [("cuda", [("GPU-000", 100, 0)])],
+        env={"cuda": [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]},
+    )
+    paths = mounts(vgpu.allocator.allocate(["GPU-000-0"]))
+    assert "/etc/ld.so.preload" not in paths
+    assert "/usr/local/vgpu/libvgpu.so" in paths
+
+
+def test_earliest_vgpu_time_is_served_first(vgpu: Rig) -> None:
+    vpod(vgpu, "late", [("cuda", [("GPU-111", 100, 0)])], vgpu_time=200)
+    vpod(vgpu, "early", [("cuda", [("GPU-222", 100, 0)])], vgpu_time=100)
+    assert envs(vgpu.allocator.allocate(["GPU-222-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-222"
+    assert [a.pod_name for a in vgpu.ledger.active()] == ["early"]
+
+
+def test_a_repeated_allocate_returns_the_same_bytes(vgpu: Rig) -> None:
+    vpod(vgpu, "once", [("cuda", [("GPU-000", 100, 0)])])
+    first = vgpu.allocator.allocate(["GPU-000-2"])
+    assert vgpu.allocator.allocate(["GPU-000-2"]) == first
+    assert len(vgpu.ledger.active()) == 1
+
+
+def test_preferred_steers_vgpu_number_ids_onto_the_assigned_gpu(vgpu: Rig) -> None:
+    vpod(vgpu, "steer", [("cuda", [("GPU-222", 100, 0)])])
+    available = [f"{gpu.uuid}-{n}" for gpu in GPUS for n in range(4)]
+    request = pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=1)
+    assert vgpu.allocator.preferred(request) == ["GPU-222-0"]
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+def refused(rig: Rig, name: str, device_ids: list[str], code: grpc.StatusCode, *fragments: str) -> None:
+    """The Allocate fails with every fragment in its message, the pod ends bind-phase failed and
+    an Event names the reason."""
+    fails(rig, device_ids, code, f"ml/{name}", *fragments)
+    assert settled(rig, name, "failed")["volcano.sh/bind-phase"] == "failed"
+    assert any(e["reason"] == "GpuAllocationFailed" for e in rig.events_about(name))
+    assert rig.ledger.active() == []
+
+
+def test_undecodable_devices_to_allocate(vgpu: Rig) -> None:
+    vpod(
+        vgpu,
+        "garbled",
+        [("cuda", [("GPU-000", 100, 0)])],
+        annotations={"volcano.sh/devices-to-allocate": "GPU-000,NVIDIA,lots,0:"},
+    )
+    refused(vgpu, "garbled", ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "devices-to-allocate", "lots")
+
+
+def test_count_mismatch(vgpu: Rig) -> None:
+    pod = vpod(
+        vgpu,
+        "short",
+        [("cuda", [("GPU-000", 100, 0), ("GPU-111", 100, 0)])],
+        annotations={"volcano.sh/devices-to-allocate": slots([("GPU-000", 100, 0)])},
+    )
+    assert pod["spec"]["containers"][0]["resources"]["limits"][NUMBER] == "2"
+    refused(
+        vgpu,
+        "short",
+        ["GPU-000-0", "GPU-111-0"],
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "asks for 2",
+        "gives it 1 device",
+    )
+
+
+def test_vgpu_node_naming_another_node(vgpu: Rig) -> None:
+    vpod(vgpu, "lost", [("cuda", [("GPU-000", 100, 0)])], node="node-b")
+    refused(vgpu, "lost", ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "volcano.sh/vgpu-node is 'node-b'")
+
+
+def test_a_mode_the_node_does_not_run(vgpu: Rig) -> None:
+    vpod(vgpu, "mig", [("cuda", [("GPU-000", 100, 0)])], annotations={"volcano.sh/vgpu-mode": "mig"})
+    refused(vgpu, "mig", ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "vgpu-mode 'mig'", "hami-core only")
+
+
+def test_a_gpu_the_node_does_not_have(vgpu: Rig) -> None:
+    vpod(vgpu, "elsewhere", [("cuda", [("GPU-999", 100, 0)])])
+    refused(vgpu, "elsewhere", ["GPU-000-0"], grpc.StatusCode.FAILED_PRECONDITION, "GPU-999", "does not have")
+
+
+def test_an_unhealthy_gpu(vgpu: Rig) -> None:
+    vgpu.health.set(("GPU-111",), healthy=False, reason="Xid 79")
+    vpod(vgpu, "sick", [("cuda", [("GPU-111", 100, 0)])])
+    refused(vgpu, "sick", ["GPU-000-0"], grpc.StatusCode.FAILED_PRECONDITION, "GPU 1 (GPU-111)", "unhealthy")
+
+
+def test_missing_hami_core_library(vgpu: Rig, tmp_path: Path) -> None:
+    (tmp_path / "hook" / "libvgpu.so").unlink()
+    vpod(vgpu, "nolib", [("cuda", [("GPU-000", 100, 0)])])
+    refused(vgpu, "nolib", ["GPU-000-0"], grpc.StatusCode.FAILED_PRECONDITION, "libvgpu.so", "--hook-path")
+
+
+def test_a_pod_placed_without_a_vgpu_scheduler_is_explained(vgpu: Rig) -> None:
+    vgpu.create(
+        {
+            "metadata": {"name": "plain", "namespace": "ml"},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": {NUMBER: "1"}}}],
+            },
+        }
+    )
+    fails(vgpu, ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "ml/plain", "no volcano.sh/vgpu-node")
+
+
+def test_a_problem_pod_does_not_take_a_servable_pods_turn(vgpu: Rig) -> None:
+    vpod(vgpu, "broken", [("cuda", [("GPU-000", 100, 0)])], vgpu_time=1, node="node-b")
+    vpod(vgpu, "fine", [("cuda", [("GPU-111", 100, 0)])], vgpu_time=2)
+    assert envs(vgpu.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
+    fails(vgpu, ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "ml/broken")
+
+
+def test_settled_and_finished_pods_are_not_candidates(vgpu: Rig) -> None:
+    vpod(vgpu, "done", [("cuda", [("GPU-000", 100, 0)])], annotations={"volcano.sh/bind-phase": "success"})
+    vpod(vgpu, "gave-up", [("cuda", [("GPU-000", 100, 0)])], annotations={"volcano.sh/bind-phase": "failed"})
+    fails(vgpu, ["GPU-000-0"], grpc.StatusCode.FAILED_PRECONDITION, "no pod bound here")
+
+
+# --- the accounting resources ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "device_id"), [(MEMORY, "GPU-000-memory-7"), (CORES, "GPU-222-core-99")]
+)
+def test_memory_and_cores_answer_empty_responses(resource: str, device_id: str) -> None:
+    index = [r.name for r in RESOURCES["vgpu"]].index(resource)
+    stats = AllocationStats()
+    allocator = AccountingAllocator(DeviceList(RESOURCES["vgpu"][index], GPUS, Layout()), stats)
+    assert allocator.allocate([device_id]) == pb.ContainerAllocateResponse()
+    with pytest.raises(Exception, match="not devices of this node"):
+        allocator.allocate([device_id.replace("GPU-", "GPU-X")])
+    assert stats.outcomes[(resource, "empty")] == 1 and stats.failures["unknown-devices"] == 1
+
+
+def test_vgpu_allocator_is_the_number_resource(vgpu: Rig) -> None:
+    assert isinstance(vgpu.allocator, VgpuAllocator)
+    assert vgpu.allocator.resource == NUMBER
