@@ -43,6 +43,8 @@ class DaemonConfig:
     metrics_address: str = ":9460"
     hook_path: Path = DEFAULT_HOOK_PATH
     vgpu_split_count: int = 10
+    vgpu_handshake: bool = False
+    vgpu_handshake_interval: float = 30.0
     health_recovery_period: float = 60.0
     allocate_timeout: float = 5.0
     reconcile_interval: float = 10.0
@@ -89,6 +91,15 @@ def _factor(value: object) -> int | str:
         return _positive_int(text)
     except ValueError:
         raise ValueError("must be a positive whole number of MiB per device, or auto") from None
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):  # YAML's true/false
+        return value
+    text = _text(value).lower()
+    if text not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text == "true"
 
 
 def _seconds(value: object) -> float:
@@ -145,6 +156,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics-address", "METRICS_ADDRESS", _address, "HOST:PORT for /metrics, /healthz, /readyz"),
     Option("hook-path", "HOOK_PATH", _path, "host directory holding libvgpu.so and ld.so.preload"),
     Option("vgpu-split-count", "VGPU_SPLIT_COUNT", _positive_int, "pods that may share one GPU (vgpu)"),
+    Option(
+        "vgpu-handshake",
+        "VGPU_HANDSHAKE",
+        _bool,
+        "true: also keep Volcano <= 1.15's node-vgpu-handshake heartbeat (vgpu)",
+    ),
+    Option(
+        "vgpu-handshake-interval",
+        "VGPU_HANDSHAKE_INTERVAL",
+        _seconds,
+        "seconds between handshake writes, jittered by 20% (keep under 60)",
+    ),
     Option(
         "health-recovery-period", "HEALTH_RECOVERY_PERIOD", _seconds, "quiet seconds before a GPU recovers"
     ),

@@ -86,6 +86,8 @@ def test_auto_factor_and_paths() -> None:
         ({"log_format": "xml"}, {}, r"--log-format: invalid value 'xml'"),
         ({"node_name": "  "}, {}, r"--node-name: invalid value '  ': must not be empty"),
         ({"fake_gpu_events": "/tmp/e"}, {}, r"--fake-gpu-events needs --fake-gpus"),
+        ({"vgpu_handshake": "yes"}, {}, r"--vgpu-handshake: invalid value 'yes': must be true or false"),
+        ({"vgpu_handshake_interval": "0"}, {}, r"--vgpu-handshake-interval: invalid value '0'"),
     ],
 )
 def test_bad_values_name_the_option_and_source(
@@ -111,6 +113,7 @@ def test_node_name_is_required() -> None:
         ("- a\n- b\n", r"must be a mapping of option names to values"),
         ("a: [\n", r"not valid YAML"),
         ("node-name: n\nvgpu-split-count: true\n", r"--vgpu-split-count \(from .*\): invalid value True"),
+        ("node-name: n\nvgpu-handshake: 1\n", r"--vgpu-handshake \(from .*\): invalid value 1: must be true"),
     ],
 )
 def test_bad_config_files(tmp_path: Path, content: str, message: str) -> None:
