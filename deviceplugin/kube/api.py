@@ -12,6 +12,7 @@ import contextlib
 import json
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,25 +100,61 @@ class Kube:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
         self.timeout = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+        self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
 
     def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         try:
             response = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
             result: Obj = json.loads(response.data)
         except _CLIENT_ERRORS as err:
-            raise _from_exception(err) from None
+            raise self._failed(call.__name__, err) from None
         return result
+
+    def _failed(self, call: str, err: Exception) -> ApiError:
+        error = _from_exception(err)
+        self.errors[(call, error.status)] += 1
+        return error
 
     def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
         """Pods matching the selector, and the list's resourceVersion to watch from."""
-        listed = self._json(self.core.list_pod_for_all_namespaces, field_selector=field_selector)
+        listed = self._json(self.core.list_pod_for_all_namespaces, field_selector=field_selector or None)
         return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
 
     def watch_pods(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch from `resource_version` (bookmarks on); the server ends it after `timeout_s`."""
+        return self._watch(self.core.list_pod_for_all_namespaces, field_selector, resource_version, timeout_s)
+
+    def list_nodes_versioned(self, field_selector: str = "") -> tuple[list[Obj], str]:
+        """Nodes matching the selector, and the list's resourceVersion to watch from."""
+        listed = self._json(self.core.list_node, field_selector=field_selector or None)
+        return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
+
+    def watch_nodes(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch of nodes from `resource_version`, like `watch_pods`."""
+        return self._watch(self.core.list_node, field_selector, resource_version, timeout_s)
+
+    def bind_pod(
+        self, namespace: str, name: str, node: str, annotations: Mapping[str, str], uid: str = ""
+    ) -> Obj:
+        """Create the pod's Binding (`pods/binding`): the node and `annotations` land on the pod in one
+        write. With `uid` the bind only applies to that incarnation of the pod."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
+        if uid:
+            metadata["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        return self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def _watch(
+        self, call: Callable[..., Any], field_selector: str, resource_version: str, timeout_s: int
+    ) -> WatchStream:
         try:
-            response = self.core.list_pod_for_all_namespaces(
-                field_selector=field_selector,
+            response = call(
+                field_selector=field_selector or None,  # "" would send an empty fieldSelector=
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_s,
@@ -126,11 +163,15 @@ class Kube:
                 _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + READ_TIMEOUT_S),
             )
         except _CLIENT_ERRORS as err:
-            raise _from_exception(err) from None
+            raise self._failed("watch_pods", err) from None
         return WatchStream(response)
 
     def get_node(self, name: str) -> Obj:
         return self._json(self.core.read_node, name)
+
+    def list_nodes(self) -> list[Obj]:
+        """Every node (read-only; `deviceplugin inspect`)."""
+        return list(self._json(self.core.list_node).get("items") or [])
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)

@@ -1,9 +1,11 @@
-"""The pods bound to this node, kept current by list + watch (`spec.nodeName=<node>`).
+"""API objects kept current by list + watch: the pods bound to this node (`spec.nodeName=<node>`),
+every pod in the cluster, or every node (the scheduler extender's view).
 
-One list, then a watch from its resourceVersion; a watch that ends is resumed from the last
-version seen, a 410 (history expired) or a broken stream leads to a fresh list, and failures back
-off exponentially. Readers get a consistent snapshot, can wait (bounded) for a condition to become
-true, and can ask how stale the cache may be.
+`ListWatchCache` holds the loop for one kind and selector: one list, then a watch from its
+resourceVersion; a watch that ends is resumed from the last version seen, a 410 (history expired)
+or a broken stream leads to a fresh list, and failures back off exponentially. Readers get a
+consistent snapshot, can wait (bounded) for a condition to become true, and can ask how stale the
+cache may be.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Self
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
 from deviceplugin.logs import get_log
@@ -31,30 +34,54 @@ def _version(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("resourceVersion", ""))
 
 
-class PodCache:
-    def __init__(self, kube: Kube, node_name: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.kube = kube
-        self.node_name = node_name
-        self.selector = f"spec.nodeName={node_name}"
+def _name(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+Lister = Callable[[], tuple[list[Obj], str]]
+Watcher = Callable[[str, int], WatchStream]
+
+
+class ListWatchCache:
+    """Objects of one kind, keyed by `key(obj)`, kept current from `lister` + `watcher`; objects for
+    which `keep(obj)` is false are treated as absent."""
+
+    def __init__(
+        self,
+        what: str,
+        lister: Lister,
+        watcher: Watcher,
+        *,
+        key: Callable[[Obj], str] = _uid,
+        keep: Callable[[Obj], bool] | None = None,
+        scope: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._what = what  # "pod", "node": for thread names and logs
+        self._scope = scope
+        self._lister = lister
+        self._watcher = watcher
+        self._key = key
+        self._keep = keep
         self._clock = clock
-        self._pods: dict[str, Obj] = {}
+        self._objects: dict[str, Obj] = {}
         self._watching = False
         self._synced_once = False
         self._current_since: float | None = None  # when the cache last stopped being known current
         self._cond = threading.Condition()
         self._stream: WatchStream | None = None
-        self._worker = Worker("pod-cache", self._run, interrupt=self._close_stream)
+        self._worker = Worker(f"{what}-cache", self._run, interrupt=self._close_stream)
         self._listeners: list[Callable[[str, Obj], None]] = []
 
     # --- readers ------------------------------------------------------------------------------
 
-    def pods(self) -> list[Obj]:
+    def objects(self) -> list[Obj]:
         with self._cond:
-            return list(self._pods.values())
+            return list(self._objects.values())
 
-    def get(self, uid: str) -> Obj | None:
+    def get(self, key: str) -> Obj | None:
         with self._cond:
-            return self._pods.get(uid)
+            return self._objects.get(key)
 
     @property
     def synced(self) -> bool:
@@ -70,7 +97,7 @@ class PodCache:
                 return 0.0 if self._watching else float("inf")
             return self._clock() - self._current_since
 
-    def wait_until(self, predicate: Callable[[PodCache], bool], timeout_s: float) -> bool:
+    def wait_until(self, predicate: Callable[[Self], bool], timeout_s: float) -> bool:
         """Block until `predicate(self)` holds (re-checked on every change) or the timeout."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -85,14 +112,14 @@ class PodCache:
         return self.wait_until(lambda cache: cache._watching, timeout_s)
 
     def add_listener(self, listener: Callable[[str, Obj], None]) -> None:
-        """Call `listener(kind, pod)` for every ADDED, MODIFIED and DELETED pod (a pod missing from
-        a relist counts as DELETED), from the cache's thread, after the cache has changed and
-        before `wait_until` waiters re-check."""
+        """Call `listener(kind, obj)` for every ADDED, MODIFIED and DELETED object (one missing from
+        a relist counts as DELETED; every one present in a relist as MODIFIED), from the cache's
+        thread, after the cache has changed and before `wait_until` waiters re-check."""
         self._listeners.append(listener)
 
-    def _notify(self, kind: str, pod: Obj) -> None:
+    def _notify(self, kind: str, obj: Obj) -> None:
         for listener in self._listeners:
-            listener(kind, pod)
+            listener(kind, obj)
 
     def _wake_waiters(self) -> None:
         # After the listeners: a waiter's predicate may read what a listener keeps.
@@ -124,20 +151,19 @@ class PodCache:
                 self._current_since = self._clock()
             self._cond.notify_all()
 
-    def _replace(self, items: list[Obj]) -> None:
-        mine = {_uid(pod): pod for pod in items if self._on_node(pod)}
-        with self._cond:
-            gone = [pod for uid, pod in self._pods.items() if uid not in mine]
-            self._pods = mine
-        for pod in gone:
-            self._notify("DELETED", pod)
-        for pod in mine.values():
-            self._notify("MODIFIED", pod)
-        self._wake_waiters()
+    def _wanted(self, obj: Obj) -> bool:
+        return self._keep is None or self._keep(obj)
 
-    def _on_node(self, pod: Obj) -> bool:
-        # The selector already filters; this guards against ever holding another node's pod.
-        return bool(pod.get("spec", {}).get("nodeName") == self.node_name)
+    def _replace(self, items: list[Obj]) -> None:
+        mine = {self._key(obj): obj for obj in items if self._wanted(obj)}
+        with self._cond:
+            gone = [obj for key, obj in self._objects.items() if key not in mine]
+            self._objects = mine
+        for obj in gone:
+            self._notify("DELETED", obj)
+        for obj in mine.values():
+            self._notify("MODIFIED", obj)
+        self._wake_waiters()
 
     def _apply(self, event: Obj) -> str:
         """Apply one watch event; returns the resourceVersion it carries."""
@@ -146,20 +172,20 @@ class PodCache:
             code = int(obj.get("code") or 0)
             raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "watch error")))
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            uid = _uid(obj)
-            present = kind != "DELETED" and self._on_node(obj)
+            key = self._key(obj)
+            present = kind != "DELETED" and self._wanted(obj)
             with self._cond:
                 if present:
-                    self._pods[uid] = obj
+                    self._objects[key] = obj
                 else:
-                    self._pods.pop(uid, None)
+                    self._objects.pop(key, None)
             self._notify(str(kind) if present else "DELETED", obj)
             self._wake_waiters()
         return _version(obj)
 
     def _watch(self, version: str) -> str:
         """Follow the watch until it ends; returns the last resourceVersion seen."""
-        with self.kube.watch_pods(self.selector, version, WATCH_TIMEOUT_S) as stream:
+        with self._watcher(version, WATCH_TIMEOUT_S) as stream:
             with self._cond:
                 self._stream = stream
             self._set_watching(True)
@@ -173,9 +199,14 @@ class PodCache:
         backoff = BACKOFF_START_S
         while not self._worker.stopping.is_set():
             try:
-                items, version = self.kube.list_pods(self.selector)
+                items, version = self._lister()
                 self._replace(items)
-                log.info("pod cache listed", node=self.node_name, pods=len(items), resource_version=version)
+                log.info(
+                    f"{self._what} cache listed",
+                    scope=self._scope,
+                    count=len(items),
+                    resource_version=version,
+                )
                 backoff = BACKOFF_START_S
                 while not self._worker.stopping.is_set():
                     version = self._watch(version)
@@ -184,12 +215,57 @@ class PodCache:
                 if self._worker.stopping.is_set():
                     break
                 if err.expired:
-                    log.info("pod watch expired, listing again", error=str(err))
+                    log.info(f"{self._what} watch expired, listing again", error=str(err))
                     continue
-                log.warning("pod cache lost the API server", error=str(err), retry_s=backoff)
+                log.warning(f"{self._what} cache lost the API server", error=str(err), retry_s=backoff)
                 self._worker.stopping.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
             finally:
                 with self._cond:
                     self._stream = None
         self._set_watching(False)
+
+
+class PodCache(ListWatchCache):
+    """Pods by UID: those bound to `node_name` (the daemon's view), or with `node_name=None` every
+    pod in the cluster, pending ones included (the scheduler extender's view)."""
+
+    def __init__(
+        self, kube: Kube, node_name: str | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.selector = f"spec.nodeName={node_name}" if node_name else ""
+        super().__init__(
+            "pod",
+            lambda: kube.list_pods(self.selector),
+            lambda version, timeout_s: kube.watch_pods(self.selector, version, timeout_s),
+            keep=self._on_node if node_name else None,
+            scope=node_name or "cluster",
+            clock=clock,
+        )
+
+    def pods(self) -> list[Obj]:
+        return self.objects()
+
+    def _on_node(self, pod: Obj) -> bool:
+        # The selector already filters; this guards against ever holding another node's pod.
+        return bool(pod.get("spec", {}).get("nodeName") == self.node_name)
+
+
+class NodeCache(ListWatchCache):
+    """Every node, by name."""
+
+    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        super().__init__(
+            "node",
+            lambda: kube.list_nodes_versioned(""),
+            lambda version, timeout_s: kube.watch_nodes("", version, timeout_s),
+            key=_name,
+            scope="cluster",
+            clock=clock,
+        )
+
+    def nodes(self) -> list[Obj]:
+        return self.objects()
