@@ -106,6 +106,8 @@ def main() -> int:
                 "-m",
                 "deviceplugin.cli",
                 "run",
+                "--metrics-address",
+                "127.0.0.1:0",
                 "--node-name",
                 "bench",
                 "--device-plugin-dir",

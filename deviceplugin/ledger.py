@@ -131,6 +131,18 @@ class GpuUsage:
     pods: int
 
 
+@dataclass(frozen=True, slots=True)
+class PodGpuUsage:
+    """What one pod holds of one GPU, over all its containers."""
+
+    namespace: str
+    pod_name: str
+    uuid: str
+    index: int
+    memory: int
+    cores: int
+
+
 Key = tuple[str, str, str]  # (pod UID, container, resource): one allocation
 
 
@@ -333,6 +345,21 @@ class Ledger:
                 " WHERE a.state = 'allocated' GROUP BY g.gpu_uuid, g.gpu_index ORDER BY g.gpu_index"
             ).fetchall()
         return [GpuUsage(*row) for row in rows]
+
+    def usage_by_pod(self) -> list[PodGpuUsage]:
+        """Memory and cores per (pod, GPU) over the live allocations."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT a.namespace, a.pod_name, g.gpu_uuid, g.gpu_index, SUM(g.memory), SUM(g.cores)"
+                " FROM allocation_gpus g JOIN allocations a USING (pod_uid, container, resource)"
+                " WHERE a.state = 'allocated' GROUP BY a.pod_uid, g.gpu_uuid ORDER BY a.namespace, a.pod_name"
+            ).fetchall()
+        return [PodGpuUsage(*row) for row in rows]
+
+    def live_count(self) -> int:
+        """Allocated (not released) rows."""
+        with self._lock:
+            return len(self._live)
 
     # --- outbox -------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ client, the daemon launcher."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,9 @@ from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import Daemon
+
+# Daemons started by tests listen for metrics on a free port, never the fixed production one.
+os.environ.setdefault("METRICS_ADDRESS", "127.0.0.1:0")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,12 @@ class Daemon:
 
     def output(self) -> str:
         return self.log.read_text()
+
+    def metrics_url(self) -> str:
+        """The metrics listener's base URL, once the daemon has logged its port."""
+        pattern = re.compile(r"metrics listening.*port=(\d+)")
+        eventually(lambda: pattern.search(self.output()) is not None, self)
+        return f"http://127.0.0.1:{pattern.findall(self.output())[-1]}"
 
     def stop(self) -> int:
         if self.process.poll() is None:

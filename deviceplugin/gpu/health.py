@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -138,6 +139,8 @@ class HealthMonitor:
     _uuids: tuple[str, ...] = field(init=False, default=())
     _last_fault: dict[str, float] = field(init=False, default_factory=dict)
     _unwatched: set[str] = field(init=False, default_factory=set)
+    # Xid events seen, acted on or not, by (GPU UUID or "unknown", Xid): for the metrics
+    xid_events: Counter[tuple[str, int]] = field(init=False, default_factory=Counter)
     _worker: Worker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -164,6 +167,7 @@ class HealthMonitor:
 
     def handle(self, event: XidEvent) -> None:
         """Apply one Xid event (public so the fence/recovery logic can be driven directly)."""
+        self.xid_events[(event.uuid or "unknown", event.xid)] += 1
         if not self.policy.acts_on(event.xid):
             log.info("xid ignored", xid=event.xid, gpu=event.uuid)
             return

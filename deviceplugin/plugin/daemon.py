@@ -1,28 +1,28 @@
-"""`deviceplugin run`: the node daemon's start-up, signal handling, reload and shutdown."""
+"""The node daemon's parts, their start-up, reload and shutdown (`deviceplugin run` drives it:
+see `deviceplugin.runner`)."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import FrameType
+from typing import Any
 
 import grpc
 
-from deviceplugin import logs, memory
-from deviceplugin.config import DaemonConfig, OptionError, load_config
+from deviceplugin import logs
+from deviceplugin.config import DaemonConfig
+from deviceplugin.fit import keys
 from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.events import EventRecorder, Involved
+from deviceplugin.kube.handshake import Handshake
 from deviceplugin.kube.node import NodePublisher
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, LedgerError
-from deviceplugin.plugin.allocate import AllocationStats, GpushareAllocator
+from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator
 from deviceplugin.plugin.devices import (
     RESOURCES,
     DeviceList,
@@ -31,12 +31,15 @@ from deviceplugin.plugin.devices import (
     check_layout,
     smallest_factor,
 )
+from deviceplugin.plugin.gpushare import GpushareAllocator
+from deviceplugin.plugin.hook import HookPath
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
+from deviceplugin.plugin.vgpu import VgpuAllocator
 
 log = logs.get_log(__name__)
 
@@ -118,6 +121,7 @@ class KubeSide:
     outbox: OutboxWorker
     health: HealthState
     on_health: Callable[[str, bool, str], None]
+    handshake: Handshake | None = None
 
     @staticmethod
     def connect(config: DaemonConfig, env: Mapping[str, str]) -> Kube | None:
@@ -156,42 +160,56 @@ class KubeSide:
                 events.warning(about, "GpuUnhealthy", message)
 
         gpu.health.add_listener(on_health)
-        for part in (pods, events, node, outbox):
-            part.start()
-        return cls(pods, events, node, outbox, gpu.health, on_health)
+        handshake = None
+        if config.gpu_strategy == "vgpu" and config.vgpu_handshake:
+            handshake = Handshake(kube, config.node_name, config.vgpu_handshake_interval)
+        for part in (pods, events, node, outbox, handshake):
+            if part is not None:
+                part.start()
+        return cls(pods, events, node, outbox, gpu.health, on_health, handshake)
 
     def stop(self) -> None:
         self.health.remove_listener(self.on_health)
-        for part in (self.node, self.outbox, self.pods, self.events):
-            part.stop()
+        for part in (self.handshake, self.node, self.outbox, self.pods, self.events):
+            if part is not None:
+                part.stop()
 
 
 NO_API = (
     grpc.StatusCode.FAILED_PRECONDITION,
     "no Kubernetes API configured (--kubeconfig, or run in a pod): an Allocate cannot be matched to its pod",
 )
-NOT_YET = (grpc.StatusCode.UNIMPLEMENTED, "vGPU allocation is not served by this build yet")
+
+
+def _allocator(
+    config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
+) -> Allocator | None:
+    """What answers Allocate for the resource; None without an API (no pod can be identified)."""
+    if devices.resource.name in (keys.VGPU_MEMORY, keys.VGPU_CORES):
+        return AccountingAllocator(devices, services.stats)
+    if services.kube is None:
+        return None
+    kube = services.kube
+    options: dict[str, Any] = {
+        "node_name": config.node_name,
+        "id_strategy": config.device_id_strategy,
+        "timeout_s": config.allocate_timeout,
+        "stats": services.stats,
+        "on_outbox": kube.outbox.wake,
+    }
+    if devices.resource.name == keys.VGPU_NUMBER:
+        return VgpuAllocator(
+            devices, gpu.health, kube.pods, services.ledger, kube.events, hook_path=services.hook, **options
+        )
+    return GpushareAllocator(devices, gpu.health, kube.pods, services.ledger, kube.events, **options)
 
 
 def _service(
     config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
 ) -> DevicePluginService:
-    if config.gpu_strategy == "vgpu":
-        return DevicePluginService(devices, gpu.health, unavailable=NOT_YET)
-    if services.kube is None:
+    allocator = _allocator(config, devices, gpu, services)
+    if allocator is None:
         return DevicePluginService(devices, gpu.health, unavailable=NO_API)
-    allocator = GpushareAllocator(
-        devices,
-        gpu.health,
-        services.kube.pods,
-        services.ledger,
-        services.kube.events,
-        node_name=config.node_name,
-        id_strategy=config.device_id_strategy,
-        timeout_s=config.allocate_timeout,
-        stats=services.stats,
-        on_outbox=services.kube.outbox.wake,
-    )
     return DevicePluginService(devices, gpu.health, allocator)
 
 
@@ -202,6 +220,7 @@ class Services:
 
     ledger: Ledger
     stats: AllocationStats
+    hook: HookPath
     kube: KubeSide | None = None
     releaser: Releaser | None = None
     registrar: Registrar | None = None
@@ -213,6 +232,12 @@ class Services:
             raise StartupError(
                 f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
             ) from None
+        if config.gpu_strategy == "vgpu":
+            try:
+                self.hook.prepare()
+            except OSError as err:
+                raise StartupError(f"--hook-path {self.hook.root}: {err}", EXIT_CONFIG) from None
+            self.hook.sweep(allocation.pod_uid for allocation in self.ledger.active())
         self.kube = None if api is None else KubeSide.start(api, config, gpu, layout, self.ledger)
         self.releaser = Releaser(
             self.ledger,
@@ -220,6 +245,7 @@ class Services:
             config.pod_resources_socket,
             interval_s=config.reconcile_interval,
             grace_s=config.release_grace_period,
+            on_released=self.hook.remove_pod,
         )
         self.releaser.start()
         servers = [
@@ -256,7 +282,7 @@ def _open_ledger(config: DaemonConfig) -> Ledger:
         raise StartupError(f"--state-dir {config.state_dir}: {err}", EXIT_CONFIG) from None
 
 
-def _configure_logging(config: DaemonConfig) -> None:
+def configure_logging(config: DaemonConfig) -> None:
     logs.configure(config.log_format, getattr(logging, config.log_level.upper()))
 
 
@@ -275,7 +301,7 @@ class Daemon:
         try:
             self.layout = _layout(config, self.gpu)
             self.api = KubeSide.connect(config, env)
-            self.services = Services(_open_ledger(config), self.stats)
+            self.services = Services(_open_ledger(config), self.stats, HookPath(config.hook_path))
             self.services.start(config, self.api, self.gpu, self.layout)
         except BaseException:
             self.gpu.stop()
@@ -301,7 +327,7 @@ class Daemon:
                 gpu.stop()
             raise
         self.services.stop()
-        services = Services(ledger, self.stats)
+        services = Services(ledger, self.stats, HookPath(config.hook_path))
         try:
             services.start(config, api, gpu, layout)
         except StartupError:
@@ -316,46 +342,10 @@ class Daemon:
         if ledger is not self.services.ledger:
             self.services.ledger.close()
         self.config, self.gpu, self.layout, self.api, self.services = config, gpu, layout, api, services
-        _configure_logging(config)
+        configure_logging(config)
         log.info("configuration reloaded")
 
     def stop(self) -> None:
         self.services.stop()
         self.services.ledger.close()
         self.gpu.stop()
-
-
-def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; SIGHUP reloads the configuration. Returns the exit code."""
-    env = dict(os.environ if env is None else env)
-    config = load_config(flags, env)
-    _configure_logging(config)
-    memory.return_large_buffers_to_the_os()
-    stop, reload = threading.Event(), threading.Event()
-
-    def on_signal(number: int, frame: FrameType | None) -> None:
-        (reload if number == signal.SIGHUP else stop).set()
-
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(number, on_signal)
-    try:
-        daemon = Daemon(config, env)
-    except StartupError as err:
-        log.error("cannot start", error=str(err))
-        return err.exit_code
-    log.info("started", node=config.node_name, strategy=config.gpu_strategy, gpus=len(daemon.gpu.gpus))
-    memory.freeze_startup_objects()
-    while not stop.wait(0.2):
-        if reload.is_set():
-            reload.clear()
-            _reload(daemon, flags)
-    daemon.stop()
-    log.info("stopped")
-    return 0
-
-
-def _reload(daemon: Daemon, flags: Mapping[str, str | None]) -> None:
-    try:
-        daemon.reload(load_config(flags, dict(os.environ)))
-    except (OptionError, StartupError) as err:
-        log.error("reload refused, keeping the running configuration", error=str(err))

@@ -8,6 +8,7 @@ exponentially (capped), so an absent or broken kubelet is not hammered.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class Registrar:
         self._worker = Worker("registrar", self._run)
         self._backoff = BACKOFF_START_S
         self._waiting_logged = False
+        self.registrations: Counter[str] = Counter()  # successful Register calls per resource
 
     @property
     def registered(self) -> bool:
@@ -83,6 +85,7 @@ class Registrar:
         try:
             for server in self.servers:
                 server.register(self.kubelet_socket)
+                self.registrations[server.resource_name] += 1
         except grpc.RpcError as err:
             return self._retry_later("registration", err)
         self._registered_with = kubelet

@@ -141,7 +141,18 @@ def test_existing_values_are_not_rewritten(
             ),
         ),
         ("number", NodeState({"volcano.sh/gpu-unhealthy-ids": "2"}, {})),
-        ("vgpu", NodeState({"volcano.sh/gpu-memory-factor": "4"}, {})),
+        (
+            "vgpu",
+            NodeState(
+                {
+                    "volcano.sh/node-vgpu-register": "GPU-0,10,2747,NVIDIA-Fake GPU,true,hami-core:"
+                    "GPU-1,10,2747,NVIDIA-Fake GPU,true,hami-core:"
+                    "GPU-2,10,2747,NVIDIA-Fake GPU,false,hami-core:",
+                    "volcano.sh/gpu-memory-factor": "4",
+                },
+                {},
+            ),
+        ),
     ],
 )
 def test_wanted_state_per_strategy(strategy: Strategy, expected: NodeState) -> None:

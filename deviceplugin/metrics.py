@@ -1,0 +1,222 @@
+"""Prometheus metrics, `/healthz` and `/readyz` on `--metrics-address` (SPEC §9).
+
+Everything is read from the running daemon at scrape time: GPU usage from the ledger (so the
+figures survive restarts and never drift the way counters kept by hand do), health from the
+health state, the rest from counters the parts keep. The vGPU gauges carry Volcano's scheduler
+names and labels (`NodeName`, `devID`, `podName`; memory in MiB) so existing dashboards work, in
+every strategy: share mode fills memory and leaves cores at 0, number mode gives whole GPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from deviceplugin.logs import get_log
+from deviceplugin.plugin.daemon import Daemon
+
+log = get_log(__name__)
+
+PLUGIN = "volcano_gpu_plugin"
+# Allocate is served from memory and one fsync: the interesting range is 0.5 ms .. 1 s, plus the
+# waits for a pod the cache has not seen yet (up to the 5 s deadline).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class DaemonCollector(Collector):
+    """Reads the daemon's current parts on every scrape (a reload swaps them)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._vgpu_gauges()
+        yield from self._health()
+        yield from self._plugin()
+
+    def _vgpu_gauges(self) -> Iterator[Metric]:
+        node = self.daemon.config.node_name
+        ledger = self.daemon.services.ledger
+        device = ["NodeName", "devID"]
+        shared = GaugeMetricFamily(
+            "volcano_vgpu_device_shared_number", "Pods sharing the GPU", labels=device
+        )
+        memory = GaugeMetricFamily(
+            "volcano_vgpu_device_allocated_memory", "GPU memory allocated to pods, MiB", labels=device
+        )
+        cores = GaugeMetricFamily(
+            "volcano_vgpu_device_allocated_cores", "GPU compute allocated to pods, percent", labels=device
+        )
+        limit = GaugeMetricFamily("volcano_vgpu_device_memory_limit", "GPU memory, MiB", labels=device)
+        usage = {row.uuid: row for row in ledger.usage_by_gpu()}
+        for gpu in self.daemon.gpu.gpus:
+            labels = [node, gpu.uuid]
+            used = usage.get(gpu.uuid)
+            shared.add_metric(labels, used.pods if used else 0)
+            memory.add_metric(labels, used.memory if used else 0)
+            cores.add_metric(labels, used.cores if used else 0)
+            limit.add_metric(labels, gpu.memory_mib)
+        per_pod = [*device, "podName", "podNamespace"]
+        pod_memory = GaugeMetricFamily(
+            "volcano_vgpu_device_memory_allocation_for_a_certain_pod",
+            "GPU memory allocated to the pod, MiB",
+            labels=per_pod,
+        )
+        pod_cores = GaugeMetricFamily(
+            "volcano_vgpu_device_core_allocation_for_a_certain_pod",
+            "GPU compute allocated to the pod, percent",
+            labels=per_pod,
+        )
+        for row in ledger.usage_by_pod():
+            labels = [node, row.uuid, row.pod_name, row.namespace]
+            pod_memory.add_metric(labels, row.memory)
+            pod_cores.add_metric(labels, row.cores)
+        yield from (shared, memory, cores, limit, pod_memory, pod_cores)
+
+    def _health(self) -> Iterator[Metric]:
+        gpu = self.daemon.gpu
+        healthy = GaugeMetricFamily(
+            f"{PLUGIN}_device_healthy", "1 while the GPU is healthy", labels=["devID", "index"]
+        )
+        _, health = gpu.health.snapshot()
+        for info in gpu.gpus:
+            healthy.add_metric([info.uuid, str(info.index)], 1 if health.get(info.uuid) else 0)
+        xids = CounterMetricFamily(f"{PLUGIN}_xid_events", "Xid events seen", labels=["devID", "xid"])
+        for (uuid, xid), count in sorted(gpu.monitor.xid_events.items()):
+            xids.add_metric([uuid, str(xid)], count)
+        yield from (healthy, xids)
+
+    def _plugin(self) -> Iterator[Metric]:
+        daemon, services = self.daemon, self.daemon.services
+        stats = daemon.stats
+        failures = CounterMetricFamily(
+            f"{PLUGIN}_allocate_failures", "Allocate calls refused, by reason", labels=["reason"]
+        )
+        for reason, count in sorted(stats.failures.items()):
+            failures.add_metric([reason], count)
+        mismatches = CounterMetricFamily(
+            f"{PLUGIN}_allocate_gpu_mismatches",
+            "Allocate calls whose kubelet device IDs were not on the scheduler's GPUs",
+            labels=["resource"],
+        )
+        for resource, count in sorted(stats.mismatches.items()):
+            mismatches.add_metric([resource], count)
+        listed = GaugeMetricFamily(
+            f"{PLUGIN}_listandwatch_bytes", "Size of the current ListAndWatch message", labels=["resource"]
+        )
+        registrations = CounterMetricFamily(
+            f"{PLUGIN}_registrations", "Successful registrations with kubelet", labels=["resource"]
+        )
+        if services.registrar is not None:
+            _, health = daemon.gpu.health.snapshot()
+            for server in services.registrar.servers:
+                listed.add_metric([server.resource_name], len(server.service.devices.message(health)))
+            for resource, count in sorted(services.registrar.registrations.items()):
+                registrations.add_metric([resource], count)
+        yield from (failures, mismatches, listed, registrations)
+        yield GaugeMetricFamily(
+            f"{PLUGIN}_ledger_allocations", "Live ledger allocations", value=services.ledger.live_count()
+        )
+        yield GaugeMetricFamily(
+            f"{PLUGIN}_outbox_backlog", "API patches waiting to be sent", value=services.ledger.outbox_size()
+        )
+        if services.kube is not None:
+            yield GaugeMetricFamily(
+                f"{PLUGIN}_pod_cache_staleness_seconds",
+                "How long the pod cache may have missed changes (0 while its watch is open)",
+                value=services.kube.pods.staleness_s(),
+            )
+        if daemon.api is not None:
+            errors = CounterMetricFamily(
+                f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", labels=["call", "status"]
+            )
+            for (call, status), count in sorted(daemon.api.errors.items()):
+                errors.add_metric([call, str(status)], count)
+            yield errors
+
+
+def readiness(daemon: Daemon) -> list[str]:
+    """Why the daemon is not ready; empty when it is (registered with kubelet, pod cache synced)."""
+    services = daemon.services
+    problems = []
+    if services.registrar is None or not services.registrar.registered:
+        problems.append("not registered with kubelet")
+    if services.kube is not None and not services.kube.pods.synced:
+        problems.append("pod cache not synced with the API server")
+    return problems
+
+
+def registry_for(daemon: Daemon) -> CollectorRegistry:
+    """The daemon's collectors and the Allocate latency histogram (fed by `daemon.stats`)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DaemonCollector(daemon))
+    latency = Histogram(
+        f"{PLUGIN}_allocate_duration_seconds",
+        "Allocate latency by resource and outcome",
+        ["resource", "outcome"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    daemon.stats.observers.append(lambda resource, outcome, s: latency.labels(resource, outcome).observe(s))
+    return registry
+
+
+class MetricsServer:
+    """One HTTP listener: `/metrics`, `/healthz` (the process answers), `/readyz`."""
+
+    def __init__(self, daemon: Daemon, address: str, registry: CollectorRegistry) -> None:
+        self.daemon = daemon
+        self.registry = registry
+        host, _, port = address.rpartition(":")
+        self._http = ThreadingHTTPServer((host or "0.0.0.0", int(port)), self._handler())
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+        log.info("metrics listening", port=self.port)
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.partition("?")[0]
+                if path == "/metrics":
+                    self._reply(HTTPStatus.OK, generate_latest(server.registry), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    self._reply(HTTPStatus.OK, b"ok\n")
+                elif path == "/readyz":
+                    problems = readiness(server.daemon)
+                    status = HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
+                    self._reply(status, ("\n".join(problems) or "ok").encode() + b"\n")
+                else:
+                    self._reply(HTTPStatus.NOT_FOUND, b"not found: try /metrics, /healthz or /readyz\n")
+
+            def _reply(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes every few seconds would drown the daemon's own log
+
+        return Handler

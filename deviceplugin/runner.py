@@ -1,0 +1,86 @@
+"""`deviceplugin run`: the node daemon as a process: signals, reloads and the metrics listener."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from deviceplugin import logs, memory
+from deviceplugin.config import OptionError, load_config
+from deviceplugin.metrics import MetricsServer, registry_for
+from deviceplugin.plugin.daemon import EXIT_FAILED, Daemon, StartupError, configure_logging
+
+log = logs.get_log(__name__)
+
+
+def _serve_metrics(daemon: Daemon, registry: CollectorRegistry) -> MetricsServer:
+    address = daemon.config.metrics_address
+    try:
+        server = MetricsServer(daemon, address, registry)
+    except OSError as err:
+        raise StartupError(f"--metrics-address {address}: {err.strerror or err}", EXIT_FAILED) from None
+    server.start()
+    return server
+
+
+def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; SIGHUP reloads the configuration. Returns the exit code."""
+    env = dict(os.environ if env is None else env)
+    config = load_config(flags, env)
+    configure_logging(config)
+    memory.return_large_buffers_to_the_os()
+    stop, reload = threading.Event(), threading.Event()
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        (reload if number == signal.SIGHUP else stop).set()
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, on_signal)
+    try:
+        daemon = Daemon(config, env)
+    except StartupError as err:
+        log.error("cannot start", error=str(err))
+        return err.exit_code
+    registry = registry_for(daemon)
+    try:
+        metrics = _serve_metrics(daemon, registry)
+    except StartupError as err:
+        log.error("cannot start", error=str(err))
+        daemon.stop()
+        return err.exit_code
+    log.info("started", node=config.node_name, strategy=config.gpu_strategy, gpus=len(daemon.gpu.gpus))
+    memory.freeze_startup_objects()
+    while not stop.wait(0.2):
+        if reload.is_set():
+            reload.clear()
+            metrics = _reload(daemon, flags, metrics, registry)
+    metrics.stop()
+    daemon.stop()
+    log.info("stopped")
+    return 0
+
+
+def _reload(
+    daemon: Daemon, flags: Mapping[str, str | None], metrics: MetricsServer, registry: CollectorRegistry
+) -> MetricsServer:
+    """Apply the configuration as it reads now; the metrics listener moves if its address changed."""
+    address = daemon.config.metrics_address
+    try:
+        daemon.reload(load_config(flags, dict(os.environ)))
+    except (OptionError, StartupError) as err:
+        log.error("reload refused, keeping the running configuration", error=str(err))
+        return metrics
+    if daemon.config.metrics_address == address:
+        return metrics
+    try:  # bind the new address before letting go of the old one
+        moved = _serve_metrics(daemon, registry)
+    except StartupError as err:
+        log.error("metrics listener not moved, still on the old address", address=address, error=str(err))
+        return metrics
+    metrics.stop()
+    return moved

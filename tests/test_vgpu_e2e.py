@@ -1,0 +1,232 @@
+"""vGPU end to end: the daemon as a subprocess with fake GPUs, pods in the API-server emulator,
+admitted by the kubelet emulator on all three vGPU resources over real sockets; node registration,
+the handshake, and `/metrics`, `/healthz`, `/readyz` scraped over HTTP."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from deviceplugin.fit.codec import decode_node_register
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from deviceplugin.sim.kubelet import KubeletEmulator
+from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
+
+NODE = "node-1"
+NUMBER, MEMORY, CORES = VGPU
+REGISTER = "volcano.sh/node-vgpu-register"
+HANDSHAKE = "volcano.sh/node-vgpu-handshake"
+
+
+@pytest.fixture
+def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
+    apiserver.create("nodes", {"metadata": {"name": NODE}})
+    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
+    return apiserver
+
+
+def launch(
+    start: Callable[..., Daemon],
+    apiserver: ApiServerEmulator,
+    kubelet: KubeletEmulator | None,
+    workdir: Path,
+    *args: str,
+) -> Daemon:
+    """A vGPU daemon with a HAMi-core library in its hook path; waits until kubelet streams."""
+    hook = workdir / "hook"
+    hook.mkdir()
+    (hook / "libvgpu.so").write_bytes(b"HAMi-core stand-in")
+    daemon = start(
+        "--gpu-strategy",
+        "vgpu",
+        "--hook-path",
+        str(hook),
+        "--kubeconfig",
+        str(apiserver.write_kubeconfig(workdir / "kubeconfig")),
+        *args,
+    )
+    if kubelet is not None:
+        assert kubelet.wait_for(streaming(*VGPU), TIMEOUT_S), daemon.output()
+        eventually(lambda: "pod cache listed" in daemon.output(), daemon)
+    return daemon
+
+
+def worker(
+    apiserver: ApiServerEmulator, name: str, memory: int, cores: int, vgpu_time: int
+) -> dict[str, Any]:
+    """A one-container pod as the scheduler leaves it after a vGPU bind on GPU 0 of node-1."""
+    devices = f"{GPU0},NVIDIA,{memory},{cores}:"
+    limits = {NUMBER: "1", MEMORY: str(memory)} | ({CORES: str(cores)} if cores else {})
+    return apiserver.create(
+        "pods",
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "annotations": {
+                    "volcano.sh/vgpu-node": NODE,
+                    "volcano.sh/vgpu-time": str(vgpu_time),
+                    "volcano.sh/vgpu-ids-new": devices,
+                    "volcano.sh/devices-to-allocate": devices,
+                    "volcano.sh/bind-phase": "allocating",
+                    "volcano.sh/bind-time": str(vgpu_time),
+                },
+            },
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "worker", "image": "cuda", "resources": {"limits": limits}}],
+            },
+        },
+    )
+
+
+def notes(apiserver: ApiServerEmulator, plural: str, name: str) -> dict[str, str]:
+    obj = apiserver.get(plural, name, "ml" if plural == "pods" else "") or {}
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def samples(daemon: Daemon, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of metric family `name`, keyed by its sorted labels."""
+    status, text = get(daemon.metrics_url() + "/metrics")
+    assert status == 200
+    found: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def test_the_documented_vgpu_job(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    daemon = launch(start, apiserver, kubelet, workdir, "--fake-gpus", "2x10989")
+    pods = [worker(apiserver, f"job-worker-{n}", 1024, 0, 1000 + n) for n in range(3)]
+    for pod in pods:
+        admission = kubelet.admit(pod)
+        assert admission.admitted, f"{admission}\n{daemon.output()[-3000:]}"
+        envs = admission.allocation("worker", NUMBER).envs
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == GPU0
+        assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+        assert admission.allocation("worker", MEMORY).envs == {}  # accounting only
+        assert all(d.startswith(GPU0) for d in admission.allocation("worker", NUMBER).device_ids)
+
+    def settled(name: str) -> bool:
+        return notes(apiserver, "pods", name).get("volcano.sh/bind-phase") == "success"
+
+    eventually(lambda: all(settled(f"job-worker-{n}") for n in range(3)), daemon)
+    for n in range(3):
+        assert notes(apiserver, "pods", f"job-worker-{n}")["volcano.sh/devices-to-allocate"] == ""
+
+
+def test_metrics_follow_the_ledger(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    daemon = launch(start, apiserver, kubelet, workdir, "--fake-gpus", "1x4914")
+    pods = [worker(apiserver, f"small-{n}", 128, 10, 2000 + n) for n in range(5)]
+    for pod in pods:
+        assert kubelet.admit(pod).admitted, daemon.output()[-3000:]
+    device = (("NodeName", NODE), ("devID", GPU0))
+    assert samples(daemon, "volcano_vgpu_device_allocated_memory") == {device: 640}
+    assert samples(daemon, "volcano_vgpu_device_allocated_cores") == {device: 50}
+    assert samples(daemon, "volcano_vgpu_device_shared_number") == {device: 5}
+    assert samples(daemon, "volcano_vgpu_device_memory_limit") == {device: 4914}
+
+    def per_pod(metric: str) -> dict[str, float]:
+        return {dict(labels)["podName"]: value for labels, value in samples(daemon, metric).items()}
+
+    assert per_pod("volcano_vgpu_device_memory_allocation_for_a_certain_pod") == {
+        f"small-{n}": 128 for n in range(5)
+    }
+    assert per_pod("volcano_vgpu_device_core_allocation_for_a_certain_pod") == {
+        f"small-{n}": 10 for n in range(5)
+    }
+    served = samples(daemon, "volcano_gpu_plugin_allocate_duration_seconds_count")
+    assert served[(("outcome", "served"), ("resource", NUMBER))] == 5
+    assert served[(("outcome", "empty"), ("resource", MEMORY))] == 5
+
+    for n in (0, 3):  # two pods end
+        apiserver.delete("pods", f"small-{n}", "ml")
+    eventually(lambda: samples(daemon, "volcano_vgpu_device_shared_number") == {device: 3}, daemon)
+    assert samples(daemon, "volcano_vgpu_device_allocated_memory") == {device: 384}
+    assert samples(daemon, "volcano_vgpu_device_allocated_cores") == {device: 30}
+    assert sorted(per_pod("volcano_vgpu_device_memory_allocation_for_a_certain_pod")) == [
+        "small-1",
+        "small-2",
+        "small-4",
+    ]
+    assert samples(daemon, "volcano_gpu_plugin_ledger_allocations") == {(): 3}
+    assert get(daemon.metrics_url() + "/healthz")[0] == 200
+    assert get(daemon.metrics_url() + "/readyz") == (200, "ok\n")
+
+
+def test_readyz_says_what_is_missing(
+    apiserver: ApiServerEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    daemon = launch(start, apiserver, None, workdir, "--fake-gpus", "1x4914")  # no kubelet here
+    status, body = get(daemon.metrics_url() + "/readyz")
+    assert (status, body.strip()) == (503, "not registered with kubelet")
+    assert get(daemon.metrics_url() + "/healthz") == (200, "ok\n")
+    assert get(daemon.metrics_url() + "/nothing")[0] == 404
+
+
+def test_registration_is_written_once_and_follows_health(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    events = workdir / "events.jsonl"
+    daemon = launch(
+        start, apiserver, kubelet, workdir, "--fake-gpus", "2x4914", "--fake-gpu-events", str(events)
+    )
+    eventually(lambda: REGISTER in notes(apiserver, "nodes", NODE), daemon)
+    gpus = decode_node_register(notes(apiserver, "nodes", NODE)[REGISTER])
+    assert [(g.uuid, g.split_count, g.memory, g.health, g.mode) for g in gpus] == [
+        (GPU0, 10, 4914, True, "hami-core"),
+        (GPU1, 10, 4914, True, "hami-core"),
+    ]
+    assert all(g.type.startswith("NVIDIA-") for g in gpus)
+    writes = apiserver.requests.count(method="PATCH", path=f"/api/v1/nodes/{NODE}")
+    time.sleep(3.5)  # several publisher loops with nothing changed
+    assert apiserver.requests.count(method="PATCH", path=f"/api/v1/nodes/{NODE}") == writes
+    assert HANDSHAKE not in notes(apiserver, "nodes", NODE)  # off by default
+
+    inject(events, xid=79, uuid=GPU1)
+    changed = time.monotonic()
+    eventually(lambda: ",false,hami-core:" in notes(apiserver, "nodes", NODE)[REGISTER], daemon, timeout_s=5)
+    assert time.monotonic() - changed < 1.0
+    health = [g.health for g in decode_node_register(notes(apiserver, "nodes", NODE)[REGISTER])]
+    assert health == [True, False]
+
+
+def test_the_handshake_for_old_volcano(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    daemon = launch(
+        start,
+        apiserver,
+        kubelet,
+        workdir,
+        "--fake-gpus",
+        "1x4914",
+        "--vgpu-handshake",
+        "true",
+        "--vgpu-handshake-interval",
+        "0.3",
+    )
+    eventually(lambda: notes(apiserver, "nodes", NODE).get(HANDSHAKE, "").startswith("Reported "), daemon)
+    first = notes(apiserver, "nodes", NODE)[HANDSHAKE]
+    eventually(lambda: notes(apiserver, "nodes", NODE)[HANDSHAKE] != first, daemon)  # it keeps beating
