@@ -1,0 +1,269 @@
+"""Cluster state as fit inputs: every node's GPUs (`GpuState`s) with the usage of the pods on them.
+
+Fed by the node and pod caches' listeners, one event at a time, so a scheduling request reads
+ready-made GPU states instead of rebuilding them:
+
+- a node event rebuilds that node's GPUs only when what the plugin publishes about them changed
+  (capacity, allocatable, the registration / health / memory-factor annotations), then books its
+  pods again; heartbeats that change nothing else cost a comparison;
+- a pod event books or unbooks that one pod (`fit.add_*_pod` / `fit.remove_*_pod`).
+
+Every `NodeView` has its own lock; a fit, a bind's fit-and-assume and every cache update of that
+node happen under it. A bind *assumes* its pod at once (books it with the annotations it is about
+to write), so the next fit on that node counts it even before the watch shows the bound pod;
+events that still show the pod unbound are stale and leave the assumption alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deviceplugin.extender.config import Strategy
+from deviceplugin.fit import (
+    Compat,
+    FitInputError,
+    GpuState,
+    VgpuConfig,
+    add_gpushare_pod,
+    add_vgpu_pod,
+    gpushare_cards,
+    holds_gpus,
+    remove_gpushare_pod,
+    remove_vgpu_pod,
+    vgpu_gpus,
+)
+from deviceplugin.fit import keys as fitkeys
+from deviceplugin.kube.api import Obj
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+_CAPACITY_KEYS = (fitkeys.GPU_MEMORY, fitkeys.GPU_NUMBER)
+_ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORES)
+_ANNOTATION_KEYS = (fitkeys.NODE_VGPU_REGISTER, fitkeys.GPU_UNHEALTHY_IDS, fitkeys.GPU_MEMORY_FACTOR)
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _section(obj: Obj, *path: str) -> dict[str, Any]:
+    for key in path:
+        value = obj.get(key) if isinstance(obj, dict) else None
+        obj = value if isinstance(value, dict) else {}
+    return obj
+
+
+def pod_uid(pod: Obj) -> str:
+    return str(_meta(pod).get("uid") or "")
+
+
+def pod_node(pod: Obj) -> str:
+    return str(_section(pod, "spec").get("nodeName") or "")
+
+
+def node_name(node: Obj) -> str:
+    return str(_meta(node).get("name") or "")
+
+
+def _signature(node: Obj) -> tuple[object, ...]:
+    """What the GPU view of a node is built from; anything else on the node is ignored."""
+    capacity = _section(node, "status", "capacity")
+    allocatable = _section(node, "status", "allocatable")
+    notes = _section(node, "metadata", "annotations")
+    return (
+        tuple(capacity.get(key) for key in _CAPACITY_KEYS),
+        tuple(allocatable.get(key) for key in _ALLOCATABLE_KEYS),
+        tuple(notes.get(key) for key in _ANNOTATION_KEYS),
+    )
+
+
+def memory_factor(node: Obj) -> int:
+    """MiB per memory unit the node's plugin advertises (`volcano.sh/gpu-memory-factor`, default 1)."""
+    raw = _section(node, "metadata", "annotations").get(fitkeys.GPU_MEMORY_FACTOR)
+    if raw is None:
+        return 1
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise FitInputError(f"annotation {fitkeys.GPU_MEMORY_FACTOR}={raw!r} is not a positive whole number")
+    return int(text)
+
+
+@dataclass(eq=False)
+class NodeView:
+    """One node as the extender sees it. Read and change it only while holding `lock`."""
+
+    name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    known: bool = False  # the node object has been seen (and not deleted)
+    signature: tuple[object, ...] | None = None
+    gpus: list[GpuState] = field(default_factory=list)
+    config: VgpuConfig = field(default_factory=VgpuConfig)
+    error: str = ""  # why the node's GPUs could not be read ("" when they could)
+    pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
+    assumed: set[str] = field(default_factory=set)  # booked by a bind, not yet seen bound by the watch
+    generation: int = 0  # bumped on every change: cached fit results of older generations are void
+
+
+class Devices:
+    """The strategy's fit-library calls that build and update a node's GPU states."""
+
+    def __init__(self, strategy: Strategy, compat: Compat) -> None:
+        self.strategy = strategy
+        self.compat = compat
+
+    def build(self, node: Obj, config: VgpuConfig) -> list[GpuState]:
+        if self.strategy == "vgpu":
+            return vgpu_gpus(node, config=config, compat=self.compat)
+        if self.strategy == "number" and fitkeys.GPU_MEMORY not in _section(node, "status", "capacity"):
+            # Number-mode nodes publish only the card count; whole cards need no memory figure.
+            status = dict(_section(node, "status"))
+            status["capacity"] = {**_section(node, "status", "capacity"), fitkeys.GPU_MEMORY: "0"}
+            node = {**node, "status": status}
+        return gpushare_cards(node, compat=self.compat)
+
+    def add(self, gpus: Sequence[GpuState], pod: Obj, config: VgpuConfig) -> None:
+        if self.strategy == "vgpu":
+            add_vgpu_pod(gpus, pod, self.compat, config=config)
+        else:
+            add_gpushare_pod(gpus, pod, self.compat)
+
+    def remove(self, gpus: Sequence[GpuState], uid: str) -> None:
+        if self.strategy == "vgpu":
+            remove_vgpu_pod(gpus, uid, self.compat)
+        else:
+            remove_gpushare_pod(gpus, uid)
+
+
+class Inventory:
+    """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`)."""
+
+    def __init__(self, strategy: Strategy, compat: Compat = None) -> None:
+        self.devices = Devices(strategy, compat)
+        self.compat = compat
+        self._views: dict[str, NodeView] = {}
+        self._pod_nodes: dict[str, str] = {}  # UID -> node it is booked on
+        self._lock = threading.Lock()  # guards the two dicts above (not the views' contents)
+
+    # --- readers ------------------------------------------------------------------------------
+
+    def view(self, name: str) -> NodeView | None:
+        return self._views.get(name)
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return [name for name, view in self._views.items() if view.known]
+
+    def _view_for(self, name: str) -> NodeView:
+        with self._lock:
+            view = self._views.get(name)
+            if view is None:
+                view = self._views[name] = NodeView(name)
+            return view
+
+    # --- node events --------------------------------------------------------------------------
+
+    def on_node(self, kind: str, node: Obj) -> None:
+        name = node_name(node)
+        if not name:
+            return
+        view = self._view_for(name)
+        with view.lock:
+            if kind == "DELETED":
+                view.known, view.signature, view.gpus, view.error = False, None, [], ""
+                view.generation += 1
+                return
+            view.known = True
+            signature = _signature(node)
+            if signature == view.signature:
+                return
+            view.signature = signature
+            self._rebuild(view, node)
+
+    def _rebuild(self, view: NodeView, node: Obj) -> None:
+        try:
+            config = VgpuConfig(memory_factor=memory_factor(node))
+            gpus = self.devices.build(node, config)
+            error = ""
+        except FitInputError as err:
+            config, gpus, error = VgpuConfig(), [], f"node {view.name}: {err}"
+            log.warning("node GPUs unreadable", node=view.name, error=str(err))
+        view.config, view.gpus, view.error = config, gpus, error
+        for pod in view.pods.values():
+            self._add(view, pod)
+        view.generation += 1
+
+    # --- pod events ---------------------------------------------------------------------------
+
+    def on_pod(self, kind: str, pod: Obj) -> None:
+        uid = pod_uid(pod)
+        if not uid:
+            return
+        target = pod_node(pod)
+        try:
+            holds = kind != "DELETED" and bool(target) and holds_gpus(pod, self.compat)
+        except FitInputError as err:
+            log.warning("pod unreadable", pod=uid, error=str(err))
+            holds = False
+        with self._lock:
+            previous = self._pod_nodes.get(uid)
+        if previous is not None and (previous != target or not holds):
+            old = self._view_for(previous)
+            with old.lock:
+                if uid in old.assumed and kind != "DELETED" and not target:
+                    return  # an event from before our bind: the assumption stands
+                self._unbook(old, uid)
+            with self._lock:
+                if self._pod_nodes.get(uid) == previous:
+                    del self._pod_nodes[uid]
+        if holds:
+            view = self._view_for(target)
+            with view.lock:
+                view.assumed.discard(uid)
+                self._book(view, uid, pod)
+            with self._lock:
+                self._pod_nodes[uid] = target
+
+    # --- binds --------------------------------------------------------------------------------
+
+    def assume(self, view: NodeView, pod: Obj) -> None:
+        """Book a pod a bind is about to place on `view` (caller holds `view.lock`)."""
+        uid = pod_uid(pod)
+        view.assumed.add(uid)
+        self._book(view, uid, pod)
+        with self._lock:
+            self._pod_nodes[uid] = view.name
+
+    def forget(self, view: NodeView, uid: str) -> None:
+        """Undo `assume` after a failed bind (caller holds `view.lock`); a pod the watch has since
+        shown bound stays booked."""
+        if uid not in view.assumed:
+            return
+        view.assumed.discard(uid)
+        self._unbook(view, uid)
+        with self._lock:
+            if self._pod_nodes.get(uid) == view.name:
+                del self._pod_nodes[uid]
+
+    # --- booking (caller holds view.lock) -----------------------------------------------------
+
+    def _book(self, view: NodeView, uid: str, pod: Obj) -> None:
+        view.pods[uid] = pod
+        self._add(view, pod)
+        view.generation += 1
+
+    def _unbook(self, view: NodeView, uid: str) -> None:
+        if view.pods.pop(uid, None) is not None:
+            self.devices.remove(view.gpus, uid)
+            view.generation += 1
+
+    def _add(self, view: NodeView, pod: Obj) -> None:
+        try:
+            self.devices.add(view.gpus, pod, view.config)
+        except FitInputError as err:
+            # The pod's annotations cannot say which GPU it holds; nothing can be booked for it.
+            log.warning("pod GPU annotations unreadable", node=view.name, pod=pod_uid(pod), error=str(err))

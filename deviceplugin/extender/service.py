@@ -1,0 +1,300 @@
+"""Filter, prioritize and bind: the extender's decisions, made by the shared-fit library.
+
+Nothing here re-states a fit rule: each decision is `fit_gpushare` / `fit_vgpu` on the node's GPU
+states from the inventory, under that node's lock. Filter keeps its results (per pod, per node,
+with the node's generation) so the prioritize call that follows reuses them instead of fitting
+every node again; a node that changed in between is fitted afresh.
+
+Bind fits the pod again on its node, against the current usage plus the pods other binds have
+assumed, and assumes it before the API call, all under the node's lock: two binds to one node
+never both get the same memory. A failed API call takes the assumption back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from deviceplugin.extender.config import ExtenderConfig
+from deviceplugin.extender.inventory import Inventory, NodeView, pod_node, pod_uid
+from deviceplugin.extender.protocol import (
+    MAX_EXTENDER_PRIORITY,
+    BindingArgs,
+    ExtenderArgs,
+    binding_result,
+    filter_result,
+    host_priorities,
+)
+from deviceplugin.fit import (
+    ContainerRequest,
+    FitInputError,
+    FitResult,
+    fit_gpushare,
+    fit_vgpu,
+    gpushare_bind_annotations,
+    node_score,
+    parse_vgpu_requests,
+    pod_gpu_memory,
+    pod_gpu_number,
+    vgpu_bind_annotations,
+)
+from deviceplugin.kube.api import ApiError, Obj
+from deviceplugin.logs import get_log
+
+log = get_log(__name__)
+
+REMEMBERED_PODS = 1024  # pods seen in filter requests, for a bind the pod cache has not caught up with
+CACHED_FITS = 16  # pods whose filter results are kept for prioritize
+POD_WAIT_S = 1.0  # how long a bind waits for the pod cache to show a pod it does not know
+
+
+class PodFinder(Protocol):
+    def find(self, namespace: str, name: str, uid: str, timeout_s: float) -> Obj | None:
+        """The pod from the cluster pod cache, waiting up to `timeout_s` for it to appear."""
+
+
+Binder = Callable[[str, str, str, Mapping[str, str], str], object]
+"""Creates the Binding: (namespace, name, node, annotations, uid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What a pod asks of the strategy's resources, read once per request."""
+
+    wants: bool
+    vgpu: tuple[ContainerRequest, ...] = ()
+
+
+def _display(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('uid') or '?'}"
+
+
+def _pod_key(pod: Obj) -> str:
+    return pod_uid(pod) or _display(pod)
+
+
+class ExtenderService:
+    def __init__(
+        self,
+        config: ExtenderConfig,
+        inventory: Inventory,
+        *,
+        pods: PodFinder | None = None,
+        binder: Binder | None = None,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.config = config
+        self.inventory = inventory
+        self._pods = pods
+        self._binder = binder
+        self.ready = ready
+        self._lock = threading.Lock()
+        self._fits: OrderedDict[str, dict[str, tuple[int, FitResult]]] = OrderedDict()
+        self._seen: OrderedDict[str, Obj] = OrderedDict()
+
+    # --- pod requests and fits ----------------------------------------------------------------
+
+    def request_of(self, pod: Obj) -> PodRequest:
+        """Raises FitInputError when the pod's request cannot be served as written."""
+        strategy, compat = self.config.strategy, self.config.compat
+        if strategy == "vgpu":
+            requests = tuple(parse_vgpu_requests(pod, compat=compat))
+            return PodRequest(bool(requests), requests)
+        if strategy == "number":
+            return PodRequest(pod_gpu_number(pod, compat) > 0)
+        return PodRequest(pod_gpu_memory(pod, compat) > 0)
+
+    def _fit(self, view: NodeView, pod: Obj, request: PodRequest) -> FitResult:
+        """Fit on one node; caller holds `view.lock`."""
+        config = self.config
+        if config.strategy == "vgpu":
+            return fit_vgpu(view.gpus, request.vgpu, pod, config.policy, config.compat, config=view.config)
+        return fit_gpushare(
+            view.gpus, pod, strategy=config.strategy, policy=config.policy, compat=config.compat
+        )
+
+    def _unusable(self, name: str, view: NodeView | None) -> str:
+        """Why a node cannot take any pod of this strategy, or "" when it can be fitted."""
+        if view is None or not view.known:
+            return f"node {name} is not in the extender's node cache"
+        if view.error:
+            return view.error
+        if not view.gpus:
+            return f"node {name} publishes no GPUs for strategy {self.config.strategy}"
+        return ""
+
+    def _remember(self, pod: Obj) -> None:
+        key = pod_uid(pod)
+        if not key:
+            return
+        with self._lock:
+            self._seen[key] = pod
+            self._seen.move_to_end(key)
+            while len(self._seen) > REMEMBERED_PODS:
+                self._seen.popitem(last=False)
+
+    def _not_ready(self) -> str:
+        return "" if self.ready() else "the extender's node and pod caches have not synced with the API yet"
+
+    # --- filter -------------------------------------------------------------------------------
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        pod = args.pod
+        self._remember(pod)
+        if problem := self._not_ready():
+            return filter_result(args, [], {}, {}, error=problem)
+        try:
+            request = self.request_of(pod)
+        except FitInputError as err:
+            return filter_result(args, [], {}, {}, error=str(err))
+        if not request.wants:
+            return filter_result(args, list(args.node_names), {}, {})
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        fits: dict[str, tuple[int, FitResult]] = {}
+        inventory = self.inventory
+        for name in args.node_names:
+            view = inventory.view(name)
+            why = self._unusable(name, view)
+            if why or view is None:
+                unresolvable[name] = why
+                continue
+            with view.lock:
+                try:
+                    result = self._fit(view, pod, request)
+                except FitInputError as err:
+                    result = FitResult(ok=False, reason=str(err))
+                fits[name] = (view.generation, result)
+            if result.ok:
+                passed.append(name)
+            else:
+                failed[name] = result.reason
+        with self._lock:
+            key = _pod_key(pod)
+            self._fits[key] = fits
+            self._fits.move_to_end(key)
+            while len(self._fits) > CACHED_FITS:
+                self._fits.popitem(last=False)
+        return filter_result(args, passed, failed, unresolvable)
+
+    # --- prioritize ---------------------------------------------------------------------------
+
+    def host_score(self, result: FitResult) -> int:
+        """0..MaxExtenderPriority: the fit's score (0..100 per device: binpack rewards fuller GPUs,
+        spread idle ones) averaged over the pod's devices, scaled to 0..10 and multiplied by the
+        weight with Volcano's node-score rounding (0 when weight <= 0), capped at 10."""
+        if not result.ok:
+            return 0
+        devices = sum(len(container) for container in result.devices)
+        per_device = result.score / devices if self.config.strategy == "vgpu" and devices else result.score
+        score = node_score(per_device / 10.0, self.config.weight)
+        return int(min(max(score, 0.0), float(MAX_EXTENDER_PRIORITY)))
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        pod = args.pod
+        if self._not_ready() or self.config.weight <= 0:
+            return host_priorities([(name, 0) for name in args.node_names])
+        try:
+            request = self.request_of(pod)
+        except FitInputError:
+            request = PodRequest(False)
+        if not request.wants:
+            return host_priorities([(name, 0) for name in args.node_names])
+        with self._lock:
+            cached = self._fits.get(_pod_key(pod), {})
+        scores: list[tuple[str, int]] = []
+        score_of = self.host_score
+        for name in args.node_names:
+            view = self.inventory.view(name)
+            entry = cached.get(name)
+            if view is not None and entry is not None and entry[0] == view.generation:
+                scores.append((name, score_of(entry[1])))  # filter's fit, and the node is unchanged
+                continue
+            if self._unusable(name, view) or view is None:
+                scores.append((name, 0))
+                continue
+            with view.lock:
+                try:
+                    result = self._fit(view, pod, request)
+                except FitInputError:
+                    result = FitResult(ok=False)
+            scores.append((name, score_of(result)))
+        return host_priorities(scores)
+
+    # --- bind ---------------------------------------------------------------------------------
+
+    def _find_pod(self, args: BindingArgs) -> Obj | None:
+        pod = None
+        if self._pods is not None:
+            pod = self._pods.find(args.pod_namespace, args.pod_name, args.pod_uid, POD_WAIT_S)
+        if pod is None and args.pod_uid:
+            with self._lock:
+                pod = self._seen.get(args.pod_uid)
+        return pod
+
+    def bind(self, args: BindingArgs) -> dict[str, str]:
+        began = time.monotonic()
+        error = self._bind(args)
+        if error:
+            log.warning("bind refused", pod=args.pod_display, node=args.node, error=error)
+        else:
+            took_ms = round((time.monotonic() - began) * 1000, 1)
+            log.info("bound", pod=args.pod_display, node=args.node, took_ms=took_ms)
+        return binding_result(error)
+
+    def _bind(self, args: BindingArgs) -> str:
+        if self._binder is None:
+            return "this extender has no Kubernetes API to bind with"
+        if problem := self._not_ready():
+            return problem
+        pod = self._find_pod(args)
+        if pod is None:
+            return f"pod {args.pod_display} (uid {args.pod_uid or '?'}) is not known to the extender"
+        uid = pod_uid(pod)
+        if args.pod_uid and uid != args.pod_uid:
+            return f"pod {args.pod_display} has uid {uid}, not {args.pod_uid}: it was replaced"
+        if bound := pod_node(pod):
+            return f"pod {args.pod_display} is already bound to node {bound}"
+        try:
+            request = self.request_of(pod)
+        except FitInputError as err:
+            return str(err)
+        view = self.inventory.view(args.node)
+        annotations: dict[str, str] = {}
+        if request.wants:
+            why = self._unusable(args.node, view)
+            if why or view is None:
+                return f"cannot bind pod {args.pod_display} to node {args.node}: {why}"
+            with view.lock:
+                try:
+                    result = self._fit(view, pod, request)
+                except FitInputError as err:
+                    result = FitResult(ok=False, reason=str(err))
+                if not result.ok:
+                    return f"cannot bind pod {args.pod_display} to node {args.node}: {result.reason}"
+                if self.config.strategy == "vgpu":
+                    annotations = vgpu_bind_annotations(result, args.node, int(time.time()))
+                else:
+                    annotations = gpushare_bind_annotations(result, time.time_ns())
+                self.inventory.assume(view, _bound(pod, args.node, annotations))
+        try:
+            self._binder(args.pod_namespace, args.pod_name, args.node, annotations, uid)
+        except ApiError as err:
+            if view is not None and annotations:
+                with view.lock:
+                    self.inventory.forget(view, uid)
+            return f"binding pod {args.pod_display} to node {args.node} failed: {err}"
+        return ""
+
+
+def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:
+    """The pod as the Binding will leave it: on `node`, carrying `annotations`."""
+    metadata = dict(pod.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+    return {**pod, "metadata": metadata, "spec": {**(pod.get("spec") or {}), "nodeName": node}}

@@ -1,0 +1,105 @@
+"""Extender configuration: flags over the environment over the file, Volcano's deviceshare keys,
+and a clear error naming the option for every bad value."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.extender import ExtenderConfig, ExtenderConfigError, add_parser, load_config, main
+
+
+def _file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "extender.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults() -> None:
+    config = load_config({}, env={})
+    assert config == ExtenderConfig()
+    assert (config.address, config.strategy, config.policy, config.weight, config.compat) == (
+        ":8888",
+        "share",
+        "binpack",
+        1,
+        None,
+    )
+
+
+def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
+    config_file = _file(tmp_path, "strategy: vgpu\npolicy: spread\nweight: 3\nkubeconfig: /from/file\n")
+    config = load_config(
+        {"config": config_file, "policy": "binpack", "address": "127.0.0.1:9000"},
+        env={"KUBECONFIG": "/from/env"},
+    )
+    assert config.strategy == "vgpu"
+    assert config.policy == "binpack"
+    assert config.weight == 3
+    assert config.kubeconfig == Path("/from/env")
+    assert config.address == "127.0.0.1:9000"
+    assert load_config(
+        {"config": config_file, "kubeconfig": "/flag"}, env={"KUBECONFIG": "/env"}
+    ).kubeconfig == Path("/flag")
+
+
+def test_volcano_deviceshare_arguments_are_accepted(tmp_path: Path) -> None:
+    config_file = _file(
+        tmp_path,
+        "deviceshare.VGPUEnable: true\ndeviceshare.GPUSharingEnable: false\n"
+        "deviceshare.SchedulePolicy: spread\ndeviceshare.ScheduleWeight: 10\ncompat: volcano\n",
+    )
+    config = load_config({"config": config_file}, env={})
+    assert (config.strategy, config.policy, config.weight, config.compat) == ("vgpu", "spread", 10, "volcano")
+    number = load_config({"config": _file(tmp_path, "deviceshare.GPUNumberEnable: 'true'\n")}, env={})
+    assert number.strategy == "number"
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "expected"),
+    [
+        ("deviceshare.GPUSharingEnable: true\ndeviceshare.VGPUEnable: true\n", {}, "mutually exclusive"),
+        ("deviceshare.GPUSharingEnable: true\ndeviceshare.GPUNumberEnable: true\n", {}, "mutually exclusive"),
+        ("deviceshare.VGPUEnable: maybe\n", {}, "option deviceshare.VGPUEnable"),
+        ("strategy: share\ndeviceshare.VGPUEnable: true\n", {}, "contradicts deviceshare.VGPUEnable"),
+        ("deviceshare.SchedulePolicy: pack\n", {}, "option policy"),
+        ("deviceshare.ScheduleWeight: heavy\n", {}, "option weight"),
+        ("strategy: mig\n", {}, "option strategy"),
+        ("polcy: spread\n", {}, "unknown key 'polcy'"),
+        ("- a\n- list\n", {}, "must hold a mapping"),
+        ("strategy: [share\n", {}, "not valid YAML"),
+        ("", {"strategy": "gpu"}, "option strategy (flag --strategy): must be one of share, number, vgpu"),
+        ("", {"policy": "random"}, "option policy (flag --policy)"),
+        ("", {"weight": "1.5"}, "option weight (flag --weight): must be a whole number"),
+        ("", {"compat": "hami"}, "option compat (flag --compat)"),
+        ("", {"address": "8888"}, "option address (flag --address)"),
+        ("", {"address": "host:99999"}, "option address"),
+    ],
+)
+def test_bad_values_name_the_option(tmp_path: Path, text: str, flags: dict[str, str], expected: str) -> None:
+    with pytest.raises(ExtenderConfigError) as caught:
+        load_config({"config": _file(tmp_path, text), **flags}, env={})
+    assert expected in str(caught.value)
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ExtenderConfigError, match=r"cannot read .*absent\.yaml"):
+        load_config({"config": str(tmp_path / "absent.yaml")}, env={})
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="deviceplugin")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["extender", *argv])
+
+
+def test_the_sub_command_parses_every_option() -> None:
+    args = _parse("--strategy", "vgpu", "--policy", "spread", "--weight", "2", "--address", ":9999")
+    assert (args.strategy, args.policy, args.weight, args.address) == ("vgpu", "spread", "2", ":9999")
+
+
+def test_main_rejects_a_bad_option_with_exit_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_parse("--policy", "roundrobin")) == 2
+    assert "option policy (flag --policy)" in capsys.readouterr().err

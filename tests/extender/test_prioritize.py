@@ -1,0 +1,93 @@
+"""Prioritize: binpack fills used GPUs first, spread prefers idle ones; weight scales or disables."""
+
+from __future__ import annotations
+
+import pytest
+
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from tests.extender.conftest import (
+    Obj,
+    StartExtender,
+    create_pod,
+    gpu_pod,
+    gpu_uuid,
+    memory_pod,
+    share_node,
+    vgpu_node,
+)
+
+
+def _best(scores: dict[str, int]) -> str:
+    top = max(scores.values())
+    winners = [host for host, score in scores.items() if score == top]
+    assert len(winners) == 1, scores
+    return winners[0]
+
+
+def _share_cluster(apiserver: ApiServerEmulator) -> Obj:
+    apiserver.create("nodes", share_node("busy", gpus=1, memory=16000))
+    apiserver.create("nodes", share_node("idle", gpus=1, memory=16000))
+    create_pod(apiserver, memory_pod("tenant", 8000, node="busy", annotations={"volcano.sh/gpu-index": "0"}))
+    return create_pod(apiserver, memory_pod("new", 4000))
+
+
+def _vgpu_cluster(apiserver: ApiServerEmulator) -> Obj:
+    apiserver.create("nodes", vgpu_node("busy", gpus=1, memory=16000))
+    apiserver.create("nodes", vgpu_node("idle", gpus=1, memory=16000))
+    limits = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "4000"}
+    notes = {"volcano.sh/vgpu-ids-new": f"{gpu_uuid('busy', 0)},NVIDIA,8000,0:"}
+    create_pod(apiserver, gpu_pod("tenant", limits, node="busy", annotations=notes))
+    return create_pod(apiserver, gpu_pod("new", limits))
+
+
+@pytest.mark.parametrize("strategy", ["share", "vgpu"])
+def test_binpack_and_spread_choose_different_nodes(
+    apiserver: ApiServerEmulator, start_extender: StartExtender, strategy: str
+) -> None:
+    pod = _vgpu_cluster(apiserver) if strategy == "vgpu" else _share_cluster(apiserver)
+    binpack = start_extender(strategy=strategy, policy="binpack")
+    spread = start_extender(strategy=strategy, policy="spread")
+    nodes = ["busy", "idle"]
+
+    assert binpack.client.filter(pod, nodes)["NodeNames"] == nodes
+    packed = binpack.client.prioritize(pod, nodes)
+    assert spread.client.filter(pod, nodes)["NodeNames"] == nodes
+    spreaded = spread.client.prioritize(pod, nodes)
+
+    assert _best(packed) == "busy"
+    assert _best(spreaded) == "idle"
+    assert all(0 <= score <= 10 for score in (*packed.values(), *spreaded.values()))
+
+
+def test_prioritize_without_a_filter_first_gives_the_same_scores(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    pod = _share_cluster(apiserver)
+    ext = start_extender(strategy="share", policy="binpack")
+    cold = ext.client.prioritize(pod, ["busy", "idle"])
+    ext.client.filter(pod, ["busy", "idle"])
+    assert ext.client.prioritize(pod, ["busy", "idle"]) == cold
+
+
+def test_weight_zero_turns_scoring_off_and_weight_scales_up_to_the_cap(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    pod = _share_cluster(apiserver)
+    off = start_extender(strategy="share", policy="binpack", weight=0)
+    single = start_extender(strategy="share", policy="binpack", weight=1)
+    double = start_extender(strategy="share", policy="binpack", weight=2)
+    nodes = ["busy", "idle"]
+    assert off.client.prioritize(pod, nodes) == {"busy": 0, "idle": 0}
+    one, two = single.client.prioritize(pod, nodes), double.client.prioritize(pod, nodes)
+    # binpack on the card after placement: busy 12000/16000 = 75 -> 8, idle 4000/16000 = 25 -> 3
+    assert one == {"busy": 8, "idle": 3}
+    assert two == {"busy": 10, "idle": 6}
+
+
+def test_nodes_that_do_not_fit_score_zero(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    apiserver.create("nodes", share_node("small", gpus=1, memory=2000))
+    ext = start_extender(strategy="share", policy="spread")
+    pod = create_pod(apiserver, memory_pod("new", 4000))
+    assert ext.client.prioritize(pod, ["small", "unknown"]) == {"small": 0, "unknown": 0}
