@@ -1,0 +1,103 @@
+"""What `inspect` reports: plain, immutable records built from the API objects, read by the printers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Strategy = Literal["share", "number", "vgpu", "none", "unknown"]
+"""`none`: the node publishes no GPU resource; `unknown`: its object could not be read."""
+PodState = Literal["assigned", "pending", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodOnGpu:
+    """One pod's share of one GPU. Memory in MiB (None in number mode); cores in percent (vGPU only)."""
+
+    namespace: str
+    name: str
+    uid: str
+    memory_mib: int | None
+    cores: int | None
+    state: PodState
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReport:
+    """One GPU of a node. `memory_total_mib` is None where the node publishes no memory (number mode);
+    `cores_*` and `pod_limit` are None outside vGPU mode; `uuid` and `model` only where published."""
+
+    index: int
+    uuid: str | None
+    model: str | None
+    healthy: bool
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    cores_used: int | None
+    cores_total: int | None
+    pod_limit: int | None
+    pods: tuple[PodOnGpu, ...]
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for pod in self.pods if pod.state == "pending")
+
+    @property
+    def allocated(self) -> bool:
+        return bool(self.pods)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """One node: its strategy (detected from what it publishes), GPUs, and any problem reading it."""
+
+    name: str
+    address: str
+    strategy: Strategy
+    memory_factor: int
+    gpus: tuple[GpuReport, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def memory_used_mib(self) -> int:
+        return sum(gpu.memory_used_mib or 0 for gpu in self.gpus)
+
+    @property
+    def memory_total_mib(self) -> int:
+        return sum(gpu.memory_total_mib or 0 for gpu in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    allocated: int
+    total: int
+
+    @property
+    def percent(self) -> int:
+        """Whole percent, rounded down (as `kubectl inspect gpushare` does)."""
+        return self.allocated * 100 // self.total if self.total else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTotals:
+    """Memory over the GPUs that publish memory; GPUs: allocated = at least one pod on it."""
+
+    memory_mib: Ratio
+    gpus: Ratio
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    nodes: tuple[NodeReport, ...]
+    totals: ClusterTotals
+
+
+def totals_of(nodes: tuple[NodeReport, ...]) -> ClusterTotals:
+    gpus = [gpu for node in nodes for gpu in node.gpus]
+    return ClusterTotals(
+        memory_mib=Ratio(
+            sum(gpu.memory_used_mib or 0 for gpu in gpus if gpu.memory_total_mib is not None),
+            sum(gpu.memory_total_mib or 0 for gpu in gpus),
+        ),
+        gpus=Ratio(sum(1 for gpu in gpus if gpu.allocated), len(gpus)),
+    )

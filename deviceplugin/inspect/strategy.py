@@ -1,0 +1,44 @@
+"""Which GPU-sharing strategy a node runs, read from what its plugin publishes, and its memory unit."""
+
+from __future__ import annotations
+
+from deviceplugin.fit import keys, objects
+from deviceplugin.inspect.model import Strategy
+
+
+def detect_strategy(node: objects.Obj) -> Strategy:
+    """vgpu: the registration annotation or a vGPU resource; share: `gpu-memory` capacity (with the
+    `gpu-number` card count the plugin patches); number: `gpu-number` capacity alone; else none."""
+    capacity = objects.status_resources(node, "capacity")
+    if keys.NODE_VGPU_REGISTER in objects.annotations_of(node) or keys.VGPU_NUMBER in capacity:
+        return "vgpu"
+    if keys.GPU_MEMORY in capacity:
+        return "share"
+    if keys.GPU_NUMBER in capacity:
+        return "number"
+    return "none"
+
+
+def memory_factor(node: objects.Obj) -> tuple[int, str | None]:
+    """MiB per advertised memory unit (annotation `volcano.sh/gpu-memory-factor`, default 1), and a
+    problem note when the annotation is unreadable (then 1 is assumed)."""
+    value = objects.annotations_of(node).get(keys.GPU_MEMORY_FACTOR)
+    if value is None:
+        return 1, None
+    text = str(value).strip()
+    if text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text), None
+    return 1, f"{keys.GPU_MEMORY_FACTOR} {value!r} is not a positive whole number; 1 MiB per unit assumed"
+
+
+def node_address(node: objects.Obj) -> str:
+    """The node's InternalIP, else its first published address, else ""."""
+    status = node.get("status")
+    addresses = status.get("addresses") if isinstance(status, dict) else None
+    if not isinstance(addresses, list):
+        return ""
+    entries = [entry for entry in addresses if isinstance(entry, dict)]
+    for entry in entries:
+        if entry.get("type") == "InternalIP":
+            return str(entry.get("address") or "")
+    return str(entries[0].get("address") or "") if entries else ""

@@ -1,0 +1,99 @@
+"""The human-readable report: one row per GPU, problems, pending pods, cluster totals; `-d` adds the
+pods on each GPU."""
+
+from __future__ import annotations
+
+from deviceplugin.inspect.model import GpuReport, NodeReport, PodOnGpu, Ratio, Report
+from deviceplugin.inspect.table import format_table
+
+HEADER = ("NAME", "IPADDRESS", "STRATEGY", "GPU", "MEMORY(MiB)", "CORES(%)", "PODS", "PENDING", "HEALTH")
+DASH = "-"
+
+
+def _used(used: int | None, total: int | None) -> str:
+    return DASH if used is None or total is None else f"{used}/{total}"
+
+
+def _pods(gpu: GpuReport) -> str:
+    return f"{len(gpu.pods)}/{gpu.pod_limit}" if gpu.pod_limit is not None else str(len(gpu.pods))
+
+
+def _gpu_cells(gpu: GpuReport) -> list[str]:
+    return [
+        str(gpu.index),
+        _used(gpu.memory_used_mib, gpu.memory_total_mib),
+        _used(gpu.cores_used, gpu.cores_total),
+        _pods(gpu),
+        str(gpu.pending),
+        "ok" if gpu.healthy else "unhealthy",
+    ]
+
+
+def _node_rows(node: NodeReport) -> list[list[str]]:
+    lead = [node.name, node.address or DASH, node.strategy]
+    if not node.gpus:
+        return [[*lead, DASH, DASH, DASH, DASH, DASH, "see problems" if node.problems else DASH]]
+    blank = ["", "", ""]
+    return [[*(lead if i == 0 else blank), *_gpu_cells(gpu)] for i, gpu in enumerate(node.gpus)]
+
+
+def _ratio(ratio: Ratio, unit: str = "") -> str:
+    return f"{ratio.allocated}/{ratio.total}{unit} ({ratio.percent}%)"
+
+
+def _pending_lines(report: Report) -> list[str]:
+    rows = []
+    for node in report.nodes:
+        pending: dict[tuple[str, str], list[str]] = {}
+        for gpu in node.gpus:
+            for pod in gpu.pods:
+                if pod.state == "pending":
+                    pending.setdefault((pod.namespace, pod.name), []).append(str(gpu.index))
+        rows += [[node.name, f"{ns}/{name}", ",".join(gpus)] for (ns, name), gpus in sorted(pending.items())]
+    if not rows:
+        return []
+    title = "Pending (scheduled, not yet served by the device plugin):"
+    return ["", title, *format_table(("NODE", "POD", "GPU"), rows, indent="  ")]
+
+
+def _problem_lines(report: Report) -> list[str]:
+    lines = [f"  {node.name}: {problem}" for node in report.nodes for problem in node.problems]
+    return ["", "Problems:", *lines] if lines else []
+
+
+def _pod_cells(gpu: GpuReport, pod: PodOnGpu) -> list[str]:
+    memory = DASH if pod.memory_mib is None else str(pod.memory_mib)
+    cores = DASH if pod.cores is None else str(pod.cores)
+    return [str(gpu.index), f"{pod.namespace}/{pod.name}", memory, cores, pod.state]
+
+
+def _gpu_label(gpu: GpuReport) -> str:
+    known = [part for part in (gpu.uuid, gpu.model) if part]
+    return f"GPU {gpu.index}" + (f" ({', '.join(known)})" if known else "")
+
+
+def _detail_lines(node: NodeReport) -> list[str]:
+    lines = ["", f"{node.name} ({node.strategy}):"]
+    lines += [f"  {_gpu_label(gpu)}" for gpu in node.gpus if gpu.uuid or gpu.model]
+    rows = [_pod_cells(gpu, pod) for gpu in node.gpus for pod in gpu.pods]
+    if not rows:
+        return [*lines, "  no pods on its GPUs"]
+    return lines + format_table(("GPU", "POD", "MEMORY(MiB)", "CORES(%)", "STATE"), rows, indent="  ")
+
+
+def render_text(report: Report, *, details: bool = False) -> str:
+    if not report.nodes:
+        return "No GPU nodes found: no node publishes volcano.sh/gpu-memory, gpu-number or vGPU resources.\n"
+    rows = [row for node in report.nodes for row in _node_rows(node)]
+    lines = format_table(HEADER, rows)
+    if details:
+        for node in report.nodes:
+            lines += _detail_lines(node)
+    lines += _pending_lines(report)
+    lines += _problem_lines(report)
+    lines.append("-" * 60)
+    totals = report.totals
+    if totals.memory_mib.total:
+        lines.append(f"Allocated/Total GPU Memory In Cluster: {_ratio(totals.memory_mib, ' MiB')}")
+    lines.append(f"Allocated/Total GPUs In Cluster: {_ratio(totals.gpus)}")
+    return "\n".join(lines) + "\n"
