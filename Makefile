@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/daemon.py
 	$(PY) bench/kube.py
 	$(PY) bench/allocate.py
+	$(PY) bench/extender.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

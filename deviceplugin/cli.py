@@ -8,17 +8,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from deviceplugin import __version__
+from deviceplugin import __version__, extender, inspect, runner
 from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, OptionError
 from deviceplugin.plugin import daemon
+from deviceplugin.sim import simulate
 from deviceplugin.sim.apiserver import run_apiserver
 from deviceplugin.sim.kubelet import run_kubelet
-from deviceplugin.sim.walkthrough import main as simulate
-
-
-def _not_yet(name: str) -> int:
-    print(f"deviceplugin {name}: not available in this build yet", file=sys.stderr)
-    return 2
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"deviceplugin {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_run(sub)
-    sub.add_parser("simulate", help="play the documented scenarios end to end and print the outcome")
-    sub.add_parser("extender", help="run the kube-scheduler extender")
-    sub.add_parser("inspect", help="show GPU allocation per node")
+    simulate.add_parser(sub)
+    extender.add_parser(sub)
+    inspect.add_parser(sub)
     _add_sim(sub)
     return parser
 
@@ -69,17 +64,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             option.name: getattr(args, option.name.replace("-", "_")) for option in (*OPTIONS, CONFIG_OPTION)
         }
         try:
-            return daemon.run(flags)
+            return runner.run(flags)
         except OptionError as err:
             print(f"deviceplugin run: {err}", file=sys.stderr)
             return daemon.EXIT_CONFIG
     if command == "simulate":
-        return simulate()
-    if command == "sim":
-        if args.emulator == "apiserver":
-            return run_apiserver(args.port, args.kubeconfig_out)
-        return run_kubelet(args.dir, pod_resources_socket=args.pod_resources_socket)
-    return _not_yet(command)
+        return simulate.main(args)
+    if command == "extender":
+        return extender.main(args)
+    if command == "inspect":
+        return inspect.main(args)
+    if args.emulator == "apiserver":
+        return run_apiserver(args.port, args.kubeconfig_out)
+    return run_kubelet(args.dir, pod_resources_socket=args.pod_resources_socket)
 
 
 if __name__ == "__main__":

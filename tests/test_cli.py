@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -25,22 +25,60 @@ def test_help_lists_every_subcommand() -> None:
         assert command in done.stdout
 
 
-def test_simulate_plays_the_documented_examples() -> None:
+def test_simulate_plays_the_documented_scenarios_end_to_end() -> None:
     done = run("simulate")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "share-a -> volcano.sh/gpu-index: 0" in done.stdout
-    assert "share-b -> volcano.sh/gpu-index: 0" in done.stdout
-    assert "binpack: chosen GPU: GPU-demo-0" in done.stdout
-    assert "spread: chosen GPU: GPU-demo-1" in done.stdout
-    assert "BAD" not in done.stdout
-    assert done.stdout.rstrip().endswith("all decisions as documented")
+    out = done.stdout
+    assert out.rstrip().splitlines()[-1].startswith("every step behaved as documented")
+    assert "BAD" not in out
+    workers = [f"demo/job-worker-{n}" for n in range(3)]
+    for pod in ("demo/share-a", "demo/share-b", "demo/whole-pair", *workers):
+        assert re.search(rf"^{pod} .* Running ", out, flags=re.M), out
+    assert out.count("VOLCANO_GPU_ALLOCATED=1024") == 2
+    assert out.count("CUDA_DEVICE_MEMORY_LIMIT_0=1024m") == 3
+    assert 'volcano_vgpu_device_allocated_memory{NodeName="gpu-vgpu-1"' in out
+    assert "state/ledger.db" in out
 
 
-@pytest.mark.parametrize("command", ["extender", "inspect"])
-def test_commands_not_yet_built_say_so(command: str) -> None:
-    done = run(command)
+SCENARIO = """
+apiVersion: v1
+kind: Pod
+metadata: {name: small, namespace: team-a}
+spec:
+  containers:
+  - name: main
+    image: cuda
+    resources: {limits: {volcano.sh/gpu-memory: "2048"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec:
+  containers:
+  - name: main
+    image: cuda
+    resources: {limits: {volcano.sh/gpu-memory: "99999"}}
+"""
+
+
+def test_simulate_runs_a_users_scenario(tmp_path: Path) -> None:
+    scenario = tmp_path / "pods.yaml"
+    scenario.write_text(SCENARIO)
+    done = run("simulate", "--scenario", str(scenario))
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr  # "huge" fits no GPU
+    small = r"^team-a/small +gpu-share-1 +[01] +Running .*VOLCANO_GPU_ALLOCATED=2048"
+    assert re.search(small, out, re.M), out
+    assert re.search(r"^default/huge +- +- +FAILED", out, re.M), out
+    assert "BAD: default/huge: unschedulable" in out
+
+
+def test_simulate_refuses_a_scenario_that_is_not_pods(tmp_path: Path) -> None:
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: n}\n")
+    done = run("simulate", "--scenario", str(scenario))
     assert done.returncode == 2
-    assert f"deviceplugin {command}: not available in this build yet" in done.stderr
+    assert "every document must be a named Pod" in done.stdout
 
 
 def test_unknown_command_is_rejected() -> None:
