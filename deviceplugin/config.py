@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from deviceplugin.configfile import read_mapping
 from deviceplugin.plugin.devices import STRATEGIES, Strategy
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -186,15 +185,9 @@ CONFIG_OPTION = Option("config", "CONFIG_FILE", _path, "YAML file with any of th
 
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise OptionError(f"config file {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise OptionError(f"config file {path}: not valid YAML: {err}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise OptionError(f"config file {path}: must be a mapping of option names to values")
+        loaded = read_mapping(path)
+    except ValueError as err:
+        raise OptionError(f"config file {path}: {err}") from None
     known = {option.name for option in OPTIONS}
     unknown = sorted(str(key) for key in loaded if key not in known)
     if unknown:

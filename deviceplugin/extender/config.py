@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from deviceplugin.configfile import read_mapping
 
 Strategy = Literal["share", "number", "vgpu"]
 Policy = Literal["binpack", "spread"]
@@ -150,16 +150,9 @@ def _parse(option: str, value: object, source: str) -> Any:
 def read_config_file(path: Path) -> dict[str, Any]:
     """The file's mapping; a missing, unreadable or non-mapping file is an error naming it."""
     try:
-        loaded = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ExtenderConfigError(f"option config: cannot read {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ExtenderConfigError(f"option config: {path} is not valid YAML: {err}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ExtenderConfigError(f"option config: {path} must hold a mapping of option: value")
-    return {str(key): value for key, value in loaded.items()}
+        return read_mapping(path)
+    except ValueError as err:
+        raise ExtenderConfigError(f"option config: {path}: {err}") from None
 
 
 def _from_file(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
