@@ -45,14 +45,18 @@ def test_serves_until_sigterm(apiserver: ApiServerEmulator, tmp_path: Path) -> N
     )
     try:
         client = ExtenderClient(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
+        answer = "no answer"
         while True:
+            assert process.poll() is None, f"the extender exited: {process.communicate()[1]}"
             try:
-                if client.request("GET", "/readyz").status == 200:
+                response = client.request("GET", "/readyz")
+                if response.status == 200:
                     break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the extender did not become ready"
+                answer = f"{response.status} {response.body!r}"
+            except OSError as err:
+                answer = str(err)
+            assert time.monotonic() < deadline, f"the extender did not become ready: {answer}"
             time.sleep(0.1)
         assert client.filter(pod, ["n1"])["NodeNames"] == ["n1"]
     finally:
