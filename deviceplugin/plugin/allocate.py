@@ -23,7 +23,7 @@ from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import Allocation, GpuShare, Ledger, Patch
+from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods
@@ -186,8 +186,8 @@ class PodAllocator(Generic[P]):
     def _shares(self, served: Served) -> tuple[GpuShare, ...]:
         raise NotImplementedError
 
-    def _patches(self, served: Served, complete: bool) -> list[Patch]:
-        """Patches to queue with the allocation; `complete`: every GPU container is now served."""
+    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
+        """Patches to queue with the allocation; `done`: the ledger's keys, this container's included."""
         raise NotImplementedError
 
     def _failure_patches(self, pod: PendingPod | None) -> list[Patch]:
@@ -202,9 +202,8 @@ class PodAllocator(Generic[P]):
     def _unlock(self) -> Patch:
         return Patch("node", "", self.node_name, {self.lock_key: None})
 
-    def _resolve(self, units: int, deadline: float) -> tuple[P, ContainerNeed]:
+    def _resolve(self, units: int, served: frozenset[Key], deadline: float) -> tuple[P, ContainerNeed]:
         """The pod and container this request is for, waiting (bounded) for the cache."""
-        served = self.ledger.served()
         match = self.pending.first(served, units)
         if match is None:
             self.pods.wait_until(
@@ -279,15 +278,17 @@ class PodAllocator(Generic[P]):
             repeat = self.ledger.find_by_devices(self.resource, device_ids)
             if repeat is not None:
                 return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
-            pod, need = self._resolve(len(device_ids), deadline)
+            served_keys = self.ledger.served()  # unchanged while the lock is held
+            pod, need = self._resolve(len(device_ids), served_keys, deadline)
             try:
                 served = self._placement(pod, need, kubelet_gpus)
             except AllocateError as err:
                 err.pod = err.pod or pod
                 raise
             response = self._response(served)
-            complete = pod.containers_left(self.ledger.served()) == 1
-            patches = self._patches(served, complete)
+            done = served_keys | {(pod.uid, need.name, self.resource)}
+            complete = pod.containers_left(done) == 0
+            patches = self._patches(served, done)
             self.ledger.record(
                 Allocation(
                     pod_uid=pod.uid,

@@ -16,7 +16,7 @@ from deviceplugin.fit import keys, objects
 from deviceplugin.fit.codec import parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.gpu.base import GpuInfo
-from deviceplugin.ledger import GpuShare, Patch
+from deviceplugin.ledger import GpuShare, Key, Patch
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
 from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
 
@@ -169,9 +169,9 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             return (GpuShare(gpu.uuid, gpu.index, served.need.units * self.devices.layout.factor),)
         return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in served.gpus)
 
-    def _patches(self, served: Served, complete: bool) -> list[Patch]:
-        if not complete:
-            return []
+    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
         pod = served.pod
+        if pod.containers_left(done):
+            return []
         # Volcano's node lock, if it took one
         return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}), self._unlock()]

@@ -32,7 +32,7 @@ from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import GpuShare, Ledger, Patch
+from deviceplugin.ledger import GpuShare, Key, Ledger, Patch
 from deviceplugin.plugin import hook
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
 from deviceplugin.plugin.devices import DeviceList
@@ -261,10 +261,9 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             for gpu, device in zip(served.gpus, devices, strict=True)
         )
 
-    def _patches(self, served: Served, complete: bool) -> list[Patch]:
+    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
         pod = served.pod
         assert isinstance(pod, VgpuPod)
-        done = self.ledger.served() | {(pod.uid, served.need.name, self.resource)}
         # Every served slot emptied, not only this one: the cache may not yet show the previous
         # container's patch, and the last patch sent must not bring its slot back.
         slots = [
@@ -272,7 +271,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             for container, position in sorted(pod.slot_of.items(), key=lambda item: item[1])
         ]
         annotations = {keys.DEVICES_TO_ALLOCATE: encode_pod_devices(slots)}
-        if not complete:
+        if pod.containers_left(done):
             return [Patch("pod", pod.namespace, pod.name, annotations)]
         annotations[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
         return [Patch("pod", pod.namespace, pod.name, annotations), self._unlock()]
