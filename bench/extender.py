@@ -20,11 +20,12 @@ import statistics
 import time
 from typing import Any
 
-from deviceplugin.extender.config import ExtenderConfig, Strategy
+from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.http import ExtenderHttpServer
 from deviceplugin.extender.inventory import Inventory
 from deviceplugin.extender.service import ExtenderService
 from deviceplugin.fit import GpuState, encode_node_register
+from deviceplugin.fit.keys import Strategy
 
 GPUS = 8
 GPU_MEMORY = 81559  # MiB of an H100 80GB

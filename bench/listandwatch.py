@@ -13,11 +13,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+from deviceplugin.fit.keys import STRATEGIES
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.plugin.devices import (
     MESSAGE_BUDGET,
     RESOURCES,
-    STRATEGIES,
     DeviceList,
     Layout,
     Resource,

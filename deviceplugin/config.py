@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deviceplugin.configfile import read_mapping
-from deviceplugin.plugin.devices import STRATEGIES, Strategy
+from deviceplugin.fit.keys import STRATEGIES, Strategy
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

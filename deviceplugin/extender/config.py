@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deviceplugin.configfile import read_mapping
+from deviceplugin.fit.keys import STRATEGIES, Strategy
 
-Strategy = Literal["share", "number", "vgpu"]
 Policy = Literal["binpack", "spread"]
-STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deviceplugin.extender.config import Strategy
 from deviceplugin.fit import (
     Compat,
     FitInputError,
@@ -36,6 +35,7 @@ from deviceplugin.fit import (
     vgpu_gpus,
 )
 from deviceplugin.fit import keys as fitkeys
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Obj
 from deviceplugin.logs import get_log
 

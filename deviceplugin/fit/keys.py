@@ -6,6 +6,12 @@ facts, kept in one place so every module spells them the same way.
 
 from __future__ import annotations
 
+from typing import Literal
+
+# The GPU families a node runs (one per node; Volcano forbids mixing them).
+Strategy = Literal["share", "number", "vgpu"]
+STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
+
 # gpushare (volcano.sh/gpu-memory, volcano.sh/gpu-number)
 GPU_MEMORY = "volcano.sh/gpu-memory"
 GPU_NUMBER = "volcano.sh/gpu-number"

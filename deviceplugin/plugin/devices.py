@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deviceplugin.api import HEALTHY, UNHEALTHY
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 
-Strategy = Literal["share", "number", "vgpu"]
-STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
 IdPattern = Literal["index-unit", "uuid", "uuid-slot", "uuid-memory", "uuid-core"]
 
 # The plugin keeps every message under this many bytes; kubelet's hard limit is 4 MiB.

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 
 from deviceplugin.fit import keys
 from deviceplugin.fit.codec import encode_node_register
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import GpuState
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.node import NodeState
-from deviceplugin.plugin.devices import RESOURCES, Layout, Strategy
+from deviceplugin.plugin.devices import RESOURCES, Layout
 
 
 def wanted_node_state(

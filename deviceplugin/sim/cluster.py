@@ -20,8 +20,9 @@ from typing import Any
 
 from deviceplugin.extender import Extender, ExtenderConfig
 from deviceplugin.fit import keys, objects
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Kube, load_client
-from deviceplugin.plugin.devices import RESOURCES, Strategy
+from deviceplugin.plugin.devices import RESOURCES
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator

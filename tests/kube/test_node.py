@@ -7,11 +7,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.node import NodePublisher, NodeState
-from deviceplugin.plugin.devices import Layout, Strategy
+from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
