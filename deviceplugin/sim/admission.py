@@ -5,7 +5,15 @@ hint, kubelet's default:
 
 - One pod at a time; containers in kubelet's order: init containers (sidecars among them) in spec
   order, then app containers. Each extended resource in a container's ``limits`` that a plugin
-  registered is allocated on its own; other resources are left to other admit handlers.
+  registered is allocated on its own; other resources are left to other admit handlers. Kubelet
+  ranges over ``limits``, a Go map, so the order of a container's resources is unspecified: the
+  emulator shuffles it (seeded, so a run repeats), and ``admit(pod, resource_order=...)`` fixes it.
+- A batch of pods (kubelet's ``HandlePodAdditions``: the first list after a restart) is admitted in
+  creation-time order (`admit_batch`); ties keep the order given.
+- Kubelet records each resource's devices as soon as its Allocate returns, and the pod under
+  admission is already in its pod manager: pod-resources ``List`` shows that pod, with the devices
+  of the resources allocated so far, while the next Allocate runs (`listed`). A refused pod is
+  terminal and leaves the list.
 - Devices that a run-to-completion init container got are *reusable*: later containers of the same pod
   take them first. A sidecar (init container with ``restartPolicy: Always``) and app containers keep
   theirs, so those leave the reusable pool.
@@ -26,9 +34,11 @@ admissions like kubelet's admit handler.
 from __future__ import annotations
 
 import heapq
+import random
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from google.protobuf import text_format
@@ -93,6 +103,8 @@ class PodSpec:
     namespace: str
     #: Kubelet's admission order: init containers in spec order, then app containers.
     containers: tuple[ContainerSpec, ...]
+    #: ``metadata.creationTimestamp`` (RFC 3339); "" when absent.
+    created: str = ""
 
     @classmethod
     def from_json(cls, pod: Mapping[str, Any]) -> PodSpec:
@@ -111,6 +123,7 @@ class PodSpec:
             name=str(metadata.get("name", "")),
             namespace=str(metadata.get("namespace") or "default"),
             containers=(*init, *app),
+            created=str(metadata.get("creationTimestamp") or ""),
         )
 
     @property
@@ -235,6 +248,12 @@ class _PodRun:
     def held(self, resource: str) -> set[str]:
         return _devices(self.allocations, resource)
 
+    def so_far(self) -> Admission:
+        """The pod as kubelet's records show it mid-admission: the devices allocated until now."""
+        if self.previous is not None:  # re-admitted: kubelet restored its devices from the checkpoint
+            return self.previous
+        return Admission(self.pod, admitted=True, allocations=tuple(self.allocations))
+
     def finished(self, container: ContainerSpec) -> None:
         """Kubelet's bookkeeping after a container: init devices become reusable, the others' leave."""
         for entry in self.allocations:
@@ -254,25 +273,68 @@ class _Choice:
     preferred_used: bool
 
 
+#: Orders a container's device-plugin resources (given in ``limits`` order) for their Allocate calls.
+ResourceOrder = Callable[[Sequence[str]], Sequence[str]]
+
+
+class GoMapOrder:
+    """Kubelet's order: ranging over a Go map, shuffled on every pass (seeded here, to repeat)."""
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __call__(self, resources: Sequence[str]) -> Sequence[str]:
+        shuffled = list(resources)
+        with self._lock:
+            self._random.shuffle(shuffled)
+        return shuffled
+
+
+def given_first(first: Sequence[str], then: ResourceOrder) -> ResourceOrder:
+    """The resources named in `first`, in that order, then the rest in `then`'s order."""
+
+    def order(resources: Sequence[str]) -> Sequence[str]:
+        named = [resource for resource in first if resource in resources]
+        return [*named, *then([resource for resource in resources if resource not in named])]
+
+    return order
+
+
+def creation_order(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Kubelet's sort of an ADD batch by ``creationTimestamp`` (equal times keep their order: Go's
+    sort of a batch under 13 pods is an insertion sort); pods without one come first."""
+
+    def created(pod: Mapping[str, Any]) -> datetime:
+        value = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+        return datetime.fromisoformat(value) if value else datetime.min.replace(tzinfo=UTC)
+
+    return sorted(pods, key=created)
+
+
 class Admitter:
     """Kubelet's device manager: admits pods against the plugins `lookup` finds, keeps the checkpoint.
 
     `lookup(resource)` returns None for a resource no plugin ever registered. `on_admission` is called
-    with every outcome, in order, while the admission lock is held.
+    with every outcome, in order, while the admission lock is held. `resource_order` orders each
+    container's Allocate calls (default: `GoMapOrder`).
     """
 
     def __init__(
         self,
         lookup: Callable[[str], PluginView | None],
         on_admission: Callable[[Admission], None] | None = None,
+        resource_order: ResourceOrder | None = None,
     ) -> None:
         self._lookup = lookup
         self._on_admission = on_admission
+        self._resource_order = resource_order or GoMapOrder()
         # Kubelet's admit handler takes one pod at a time; held across plugin calls.
         self._serial = threading.Lock()
-        # Guards the checkpoint only; never held across a plugin call.
+        # Guards the checkpoint and the pod under admission; never held across a plugin call.
         self._lock = threading.Lock()
         self._pods: dict[str, Admission] = {}
+        self._admitting: _PodRun | None = None
 
     # ---------------------------------------------------------------- queries
 
@@ -285,6 +347,20 @@ class Admitter:
         with self._lock:
             return self._pods.get(pod_uid)
 
+    def listed(self) -> tuple[Admission, ...]:
+        """What kubelet's active pods hold, as pod-resources reads it: every admitted pod, then the
+        pod under admission with the devices it got so far."""
+        with self._lock:
+            run = self._admitting
+            admitted = tuple(pod for uid, pod in self._pods.items() if run is None or uid != run.pod.uid)
+            return admitted if run is None else (*admitted, run.so_far())
+
+    @property
+    def admitting(self) -> bool:
+        """A pod is being admitted right now."""
+        with self._lock:
+            return self._admitting is not None
+
     def in_use(self, resource: str) -> dict[str, str]:
         """Device ID -> UID of the admitted pod holding it."""
         with self._lock:
@@ -292,13 +368,19 @@ class Admitter:
 
     # ---------------------------------------------------------------- changes
 
-    def admit(self, pod: Mapping[str, Any]) -> Admission:
+    def admit(self, pod: Mapping[str, Any], resource_order: Sequence[str] = ()) -> Admission:
+        """Admit one pod; `resource_order` names resources to allocate first, in that order."""
         spec = PodSpec.from_json(pod)
+        order = given_first(resource_order, self._resource_order) if resource_order else self._resource_order
         with self._serial:
-            admission = self._admit(spec)
+            admission = self._admit(spec, order)
             if self._on_admission is not None:
                 self._on_admission(admission)
             return admission
+
+    def admit_batch(self, pods: Iterable[Mapping[str, Any]]) -> list[Admission]:
+        """One ADD batch: the pods in creation-time order, one at a time."""
+        return [self.admit(pod) for pod in creation_order(pods)]
 
     def forget(self, pod_uid: str) -> Admission | None:
         """Drop a pod's checkpoint entries, freeing its devices; returns what was dropped."""
@@ -331,27 +413,33 @@ class Admitter:
 
     # ---------------------------------------------------------------- admission
 
-    def _admit(self, spec: PodSpec) -> Admission:
+    def _admit(self, spec: PodSpec, order: ResourceOrder) -> Admission:
         run = _PodRun(spec, self.admission(spec.uid))
+        with self._lock:
+            self._admitting = run
         try:
             for container in spec.containers:
-                self._admit_container(run, container)
+                self._admit_container(run, container, order)
                 run.finished(container)
         except AllocationError as exc:
-            # Kubelet's refusal is final and its garbage collection frees what the pod got.
-            self.forget(spec.uid)
+            # Kubelet's refusal is final (the pod is terminal, so no longer listed) and its garbage
+            # collection frees what the pod got.
+            with self._lock:
+                self._admitting = None
+                self._pods.pop(spec.uid, None)
             message = f"Allocate failed due to {exc}, which is unexpected"
             return Admission(spec, admitted=False, reason=UNEXPECTED_ADMISSION_ERROR, message=message)
         admission = Admission(spec, admitted=True, allocations=tuple(run.allocations))
         with self._lock:
+            self._admitting = None
             self._pods[spec.uid] = admission
         return replace(admission, replayed=run.previous is not None)
 
-    def _admit_container(self, run: _PodRun, container: ContainerSpec) -> None:
-        for resource, limit in container.limits.items():
-            view = self._lookup(resource)
-            if view is not None:
-                self._admit_resource(run, container.name, resource, quantity_ceil(limit), view)
+    def _admit_container(self, run: _PodRun, container: ContainerSpec, order: ResourceOrder) -> None:
+        views = {resource: view for resource in container.limits if (view := self._lookup(resource))}
+        for resource in order(list(views)):
+            required = quantity_ceil(container.limits[resource])
+            self._admit_resource(run, container.name, resource, required, views[resource])
 
     def _admit_resource(
         self, run: _PodRun, container: str, resource: str, required: int, view: PluginView
@@ -375,17 +463,17 @@ class Admitter:
         elif required > 0:
             choice = self._choose(run, resource, required, view)
             response = self._allocate(view, resource, choice.device_ids)
-            run.allocations.append(
-                ContainerAllocation(
-                    container=container,
-                    resource=resource,
-                    device_ids=choice.device_ids,
-                    topology={device: view.topology.get(device, ()) for device in choice.device_ids},
-                    response=response,
-                    preferred=choice.preferred,
-                    preferred_used=choice.preferred_used,
-                )
+            entry = ContainerAllocation(
+                container=container,
+                resource=resource,
+                device_ids=choice.device_ids,
+                topology={device: view.topology.get(device, ()) for device in choice.device_ids},
+                response=response,
+                preferred=choice.preferred,
+                preferred_used=choice.preferred_used,
             )
+            with self._lock:  # kubelet's podDevices.insert, right after this resource's Allocate
+                run.allocations.append(entry)
 
     def _choose(self, run: _PodRun, resource: str, required: int, view: PluginView) -> _Choice:
         """Kubelet's devicesToAllocate: reusable devices first, then the plugin's preference, then its own."""

@@ -9,9 +9,13 @@ Behaves like kubelet >= 1.25 (see reference/device-plugin-landscape.md §1.2-1.5
   with kubelet's 4 MiB receive limit. Each message replaces the resource's whole device set; when the
   stream breaks, every device of the resource turns unhealthy (capacity kept, allocatable 0).
 - ``admit(pod)`` admits a pod like kubelet's device manager (``admission.py``): per container, init
-  containers first, GetPreferredAllocation, one Allocate per container and resource, a checkpoint
-  that kubelet replays instead of asking the plugin again.
-- With ``pod_resources_socket``, ``v1.PodResourcesLister`` is served there (``podresources.py``).
+  containers first, GetPreferredAllocation, one Allocate per container and resource (in Go's map
+  order, or ``resource_order``), a checkpoint that kubelet replays instead of asking the plugin
+  again. ``admit_batch(pods)`` admits one ADD batch in creation-time order.
+- With ``pod_resources_socket``, ``v1.PodResourcesLister`` is served there (``podresources.py``); it
+  shows the pod under admission with the devices it got so far. Setting
+  ``rate_limit_while_admitting`` answers ``List`` calls made during an admission as over kubelet's
+  rate limit (a fault for tests: a plugin cannot count on reaching ``List`` mid-admission).
 - ``restart()`` does to the directory what a kubelet restart does: every socket goes, a new
   ``kubelet.sock`` (and pod-resources socket) appears and plugins must register again. The checkpoint,
   and so every admitted pod, survives.
@@ -24,7 +28,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,7 +47,7 @@ from deviceplugin.api import (
 )
 from deviceplugin.api import deviceplugin_pb2 as dp
 from deviceplugin.logs import get_log
-from deviceplugin.sim.admission import Admission, Admitter, PluginCallError, PluginView
+from deviceplugin.sim.admission import Admission, Admitter, PluginCallError, PluginView, ResourceOrder
 from deviceplugin.sim.podresources import (
     POD_RESOURCES_BURST,
     POD_RESOURCES_QPS,
@@ -346,7 +350,8 @@ class KubeletEmulator:
     controlling thread; `admit()` from any (admissions run one at a time).
 
     `pod_resources_socket`, when given, serves ``v1.PodResourcesLister`` with kubelet's rate limit
-    (`pod_resources_qps`, `pod_resources_burst`).
+    (`pod_resources_qps`, `pod_resources_burst`). `resource_order` orders each container's Allocate
+    calls (default: shuffled like a Go map, seeded).
     """
 
     def __init__(
@@ -359,6 +364,7 @@ class KubeletEmulator:
         pod_resources_socket: Path | None = None,
         pod_resources_qps: float = POD_RESOURCES_QPS,
         pod_resources_burst: int = POD_RESOURCES_BURST,
+        resource_order: ResourceOrder | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.socket_path = self.directory / KUBELET_SOCKET_NAME
@@ -381,7 +387,9 @@ class KubeletEmulator:
         # Dials and GetDevicePluginOptions calls in flight, cancelled when kubelet goes away.
         self._pending: set[Any] = set()
         # Kubelet's checkpoint outlives restarts: it is kept on disk.
-        self._admitter = Admitter(self._plugin_view, self._on_admission)
+        self._admitter = Admitter(self._plugin_view, self._on_admission, resource_order)
+        #: Fault: pod-resources calls made while a pod is admitted are refused as rate-limited.
+        self.rate_limit_while_admitting = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -458,10 +466,11 @@ class KubeletEmulator:
     def _serve_pod_resources(self, path: Path) -> _UnixServer:
         # A fresh kubelet process has a full token bucket; the call counts carry on across restarts.
         service = PodResourcesService(
-            self._admitter.admissions,
+            self._admitter.listed,
             self._allocatable,
             TokenBucket(*self._pod_resources_limit),
             self._pod_resources_calls,
+            refused=lambda: self.rate_limit_while_admitting and self._admitter.admitting,
         )
         return _UnixServer(
             path,
@@ -554,9 +563,14 @@ class KubeletEmulator:
 
     # ---------------------------------------------------------------- admission
 
-    def admit(self, pod: Mapping[str, Any]) -> Admission:
-        """Admit `pod` (Kubernetes JSON) like kubelet's device manager; see `deviceplugin.sim.admission`."""
-        return self._admitter.admit(pod)
+    def admit(self, pod: Mapping[str, Any], resource_order: Sequence[str] = ()) -> Admission:
+        """Admit `pod` (Kubernetes JSON) like kubelet's device manager; see `deviceplugin.sim.admission`.
+        `resource_order` names resources whose Allocate comes first, in that order."""
+        return self._admitter.admit(pod, resource_order)
+
+    def admit_batch(self, pods: Sequence[Mapping[str, Any]]) -> list[Admission]:
+        """Admit one ADD batch (as after a kubelet restart): creation-time order, one pod at a time."""
+        return self._admitter.admit_batch(pods)
 
     def reallocate(self, pod_uid: str, container: str, resource: str) -> dp.ContainerAllocateResponse:
         """Send Allocate again with the checkpointed device IDs; returns and checkpoints the new response."""

@@ -2,8 +2,9 @@
 
 Matches kubelet (reference/device-plugin-landscape.md §1.6, kubelet-api-fields.md §2):
 
-- ``List`` reports every admitted pod; per pod its sidecars and app containers (run-to-completion init
-  containers are left out), each with the devices kubelet gave it.
+- ``List`` reports every active pod: the admitted ones and the one under admission (kubelet adds a
+  pod to its pod manager before admitting it); per pod its sidecars and app containers
+  (run-to-completion init containers are left out), each with the devices kubelet gave it so far.
 - Devices come one ``ContainerDevices`` per device and NUMA node, with the NUMA node the plugin
   advertised when the device was allocated; a device without topology comes once, without topology.
 - ``GetAllocatableResources`` reports the healthy devices the same way.
@@ -98,14 +99,16 @@ class PodResourcesService(podresources_grpc.PodResourcesListerServicer):
         allocatable: Callable[[], Allocatable],
         limiter: TokenBucket,
         counter: CallCounter,
+        refused: Callable[[], bool] = lambda: False,
     ) -> None:
         self._admissions = admissions
         self._allocatable = allocatable
         self._limiter = limiter
         self._counter = counter
+        self._refused = refused  # a fault the test switched on: answer as if over the limit
 
     def _gate(self, method: str, context: grpc.ServicerContext) -> None:
-        allowed = self._limiter.allow()
+        allowed = not self._refused() and self._limiter.allow()
         self._counter.count(method, allowed)
         if not allowed:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)

@@ -47,6 +47,8 @@ class AdmissionPlugin(FakePlugin):
         self.allocate_delay_s = 0.0
         #: When set, every Allocate waits for it.
         self.gate: threading.Event | None = None
+        #: When set, every Allocate calls it before answering (to look at kubelet meanwhile).
+        self.during_allocate: Callable[[], None] | None = None
         self.in_flight = 0
         self.max_in_flight = 0
 
@@ -84,6 +86,8 @@ class AdmissionPlugin(FakePlugin):
         try:
             if self.gate is not None:
                 self.gate.wait(WAIT_S)
+            if self.during_allocate is not None:
+                self.during_allocate()
             time.sleep(self.allocate_delay_s)
             if self.fail_allocate_from is not None and call >= self.fail_allocate_from:
                 context.abort(grpc.StatusCode.INTERNAL, "device exploded")
@@ -242,12 +246,26 @@ def test_each_resource_of_a_container_is_allocated_by_its_plugin(
 ) -> None:
     numbers = plugins.serve(gpus(2), RESOURCE, preferred_available=False)
     memory = plugins.serve([device(f"MEM-{index}") for index in range(4)], MEMORY, preferred_available=False)
-    admission = kubelet.admit(pod("both", containers=[container("main", {MEMORY: 3, RESOURCE: 1})]))
+    both = pod("both", containers=[container("main", {MEMORY: 3, RESOURCE: 1})])
+    admission = kubelet.admit(both, resource_order=[RESOURCE])
     assert [(entry.resource, entry.device_ids) for entry in admission.allocations] == [
-        (MEMORY, ("MEM-0", "MEM-1", "MEM-2")),
         (RESOURCE, ("GPU-0",)),
+        (MEMORY, ("MEM-0", "MEM-1", "MEM-2")),
     ]
     assert (numbers.allocated_ids, memory.allocated_ids) == ([["GPU-0"]], [["MEM-0", "MEM-1", "MEM-2"]])
+
+
+def test_a_containers_resources_come_in_go_map_order(kubelet: KubeletEmulator, plugins: Plugins) -> None:
+    """Kubelet ranges over `limits`, a Go map: neither resource reliably goes first."""
+    plugins.serve(gpus(40), RESOURCE, preferred_available=False)
+    plugins.serve([device(f"MEM-{index}") for index in range(40)], MEMORY, preferred_available=False)
+    firsts = set()
+    for n in range(20):
+        limits = {RESOURCE: 1, MEMORY: 1, "cpu": "1"}
+        admission = kubelet.admit(pod(f"p{n}", containers=[container("main", limits)]))
+        assert sorted(entry.resource for entry in admission.allocations) == sorted([MEMORY, RESOURCE])
+        firsts.add(admission.allocations[0].resource)
+    assert firsts == {MEMORY, RESOURCE}  # 20 shuffles of two: both orders (seeded, so every run)
 
 
 def test_allocation_keeps_the_whole_response(kubelet: KubeletEmulator, plugins: Plugins) -> None:
@@ -510,6 +528,18 @@ def test_devices_in_use_are_not_offered_until_released(kubelet: KubeletEmulator,
     assert kubelet.in_use(RESOURCE) == {"GPU-2": "uid-second"}
     third = kubelet.admit(pod("third", containers=[container("main", {RESOURCE: 3})]))
     assert third.devices_of(RESOURCE) == {"GPU-0", "GPU-1", "GPU-3"}
+
+
+def test_a_batch_is_admitted_in_creation_order(kubelet: KubeletEmulator, plugins: Plugins) -> None:
+    plugin = plugins.serve(gpus(4), preferred_available=False)
+    made = {"c": "2024-05-01T10:00:02Z", "a": "2024-05-01T10:00:00Z", "b": "2024-05-01T10:00:01Z"}
+    batch = [pod(name, containers=[container("main", {RESOURCE: 1})]) for name in ("c", "b", "a")]
+    for spec in batch:
+        spec["metadata"]["creationTimestamp"] = made[spec["metadata"]["name"]]
+    admitted = kubelet.admit_batch(batch)
+    assert [admission.pod.name for admission in admitted] == ["a", "b", "c"]
+    assert plugin.allocated_ids == [["GPU-0"], ["GPU-1"], ["GPU-2"]]
+    assert [admission.pod.name for admission in kubelet.admissions] == ["a", "b", "c"]
 
 
 def test_admitting_again_replays_the_checkpoint(kubelet: KubeletEmulator, plugins: Plugins) -> None:

@@ -18,7 +18,7 @@ from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.sim.podresources import POD_RESOURCES_BURST, POD_RESOURCES_QPS, RATE_LIMITED, TokenBucket
 from tests.sim.test_kubelet import REPO_ROOT, WAIT_S, device, settle
-from tests.sim.test_kubelet_admission import MEMORY, RESOURCE, Plugins, container, pod
+from tests.sim.test_kubelet_admission import MEMORY, RESOURCE, Plugins, container, gpus, pod
 
 pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
@@ -166,6 +166,53 @@ def test_released_pods_leave_the_list(kubelet: KubeletEmulator, plugins: Plugins
     assert list(response.pod_resources) == [INFER]
 
 
+def listed_devices(stub: Any) -> dict[str, dict[str, list[str]]]:
+    """Pod name -> resource -> device IDs, from one List call."""
+    response = stub.List(pr.ListPodResourcesRequest(), timeout=WAIT_S)
+    found: dict[str, dict[str, list[str]]] = {}
+    for listed in response.pod_resources:
+        held = found.setdefault(listed.name, {})
+        for listed_container in listed.containers:
+            for entry in listed_container.devices:
+                held.setdefault(entry.resource_name, []).extend(entry.device_ids)
+    return found
+
+
+@pytest.mark.parametrize("first", [RESOURCE, MEMORY])
+def test_list_shows_the_pod_under_admission_with_what_it_got_so_far(
+    kubelet: KubeletEmulator, plugins: Plugins, first: str
+) -> None:
+    """Kubelet adds a pod to its pod manager before admitting it and records each resource's
+    devices when that resource's Allocate returns: the second Allocate of a container can see,
+    through List, which pod it is for."""
+    numbers = plugins.serve(gpus(2), RESOURCE, preferred_available=False)
+    memory = plugins.serve([device(f"MEM-{index}") for index in range(4)], MEMORY, preferred_available=False)
+    assert kubelet.admit(pod("earlier", containers=[container("main", {RESOURCE: 1})])).admitted
+    seen: dict[str, dict[str, dict[str, list[str]]]] = {}
+    with lister(kubelet) as stub:
+        for plugin, resource in ((numbers, RESOURCE), (memory, MEMORY)):
+            plugin.during_allocate = lambda resource=resource: seen.update({resource: listed_devices(stub)})
+        spec = pod("admitting", containers=[container("main", {RESOURCE: 1, MEMORY: 2})])
+        assert kubelet.admit(spec, resource_order=[first]).admitted
+    second = MEMORY if first == RESOURCE else RESOURCE
+    assert seen[first]["admitting"] == {}  # listed from its first Allocate on, with nothing yet
+    assert list(seen[second]["admitting"]) == [first]
+    assert seen[second]["earlier"] == {RESOURCE: ["GPU-0"]}
+
+
+def test_a_refused_pod_is_listed_while_admitted_then_never(
+    kubelet: KubeletEmulator, plugins: Plugins
+) -> None:
+    plugin = plugins.serve(gpus(2), preferred_available=False)
+    plugin.fail_allocate_from = 1
+    during: list[list[str]] = []
+    with lister(kubelet) as stub:
+        plugin.during_allocate = lambda: during.append(list(listed_devices(stub)))
+        assert not kubelet.admit(pod("refused", containers=[container("main", {RESOURCE: 1})])).admitted
+        assert listed_devices(stub) == {}
+    assert during == [["refused"]]
+
+
 # --------------------------------------------------------------------------- rate limit
 
 
@@ -193,6 +240,26 @@ def test_eleventh_immediate_call_is_rejected(root: Path) -> None:
     assert error.value.details() == RATE_LIMITED
     assert calls.by_method == {"List": 5, "GetAllocatableResources": 5, "Get": 1}
     assert (calls.total, calls.rejected) == (11, 1)
+
+
+def test_the_rate_limit_fault_refuses_list_during_admissions_only(
+    kubelet: KubeletEmulator, plugins: Plugins
+) -> None:
+    plugin = plugins.serve(gpus(2), preferred_available=False)
+    kubelet.rate_limit_while_admitting = True
+    codes: list[grpc.StatusCode] = []
+    with lister(kubelet) as stub:
+
+        def try_list() -> None:
+            try:
+                stub.List(pr.ListPodResourcesRequest(), timeout=WAIT_S)
+            except grpc.RpcError as error:
+                codes.append(error.code())
+
+        plugin.during_allocate = try_list
+        assert kubelet.admit(pod("p", containers=[container("main", {RESOURCE: 1})])).admitted
+        assert list(listed_devices(stub)) == ["p"]  # between admissions it answers
+    assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED]
 
 
 # --------------------------------------------------------------------------- lifecycle
