@@ -21,6 +21,7 @@ from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, injec
 
 NODE = "node-1"
 NUMBER, MEMORY, CORES = VGPU
+PERCENTAGE = "volcano.sh/vgpu-memory-percentage"
 REGISTER = "volcano.sh/node-vgpu-register"
 HANDSHAKE = "volcano.sh/node-vgpu-handshake"
 
@@ -134,6 +135,84 @@ def test_the_documented_vgpu_job(
         assert notes(apiserver, "pods", f"job-worker-{n}")["volcano.sh/devices-to-allocate"] == ""
 
 
+def test_slots_follow_volcanos_container_rule(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """A CPU container first, then cores alone and a percentage alone (no slot: Volcano reads only
+    containers limiting vgpu-number or vgpu-memory), memory alone and memory with a percentage
+    (one device each, served by the vgpu-memory Allocate, the only one kubelet calls for them),
+    number with memory and a percentage, and two devices listed memory-first. The annotations
+    are Volcano's bind output: one slot per owner, in container order."""
+    daemon = launch(start, apiserver, kubelet, workdir, "--fake-gpus", "2x10989")
+    containers = {
+        "log": {},
+        "cores-only": {CORES: "30"},
+        "percentage-only": {PERCENTAGE: "50"},
+        "memory-only": {MEMORY: "2048", CORES: "25"},
+        "memory-percentage": {MEMORY: "1000", PERCENTAGE: "50"},
+        "number-memory-percentage": {NUMBER: "1", MEMORY: "1500", PERCENTAGE: "50"},
+        "trainer": {MEMORY: "3000", NUMBER: "2"},
+    }
+    devices = (
+        f"{GPU1},NVIDIA,2048,25:;{GPU0},NVIDIA,1000,0:;{GPU1},NVIDIA,1500,0:;"
+        f"{GPU0},NVIDIA,3000,0:{GPU1},NVIDIA,3000,0:"
+    )
+    pod = apiserver.create(
+        "pods",
+        {
+            "metadata": {
+                "name": "mixed",
+                "namespace": "ml",
+                "annotations": {
+                    "volcano.sh/vgpu-node": NODE,
+                    "volcano.sh/vgpu-time": "1700000000",
+                    "volcano.sh/vgpu-ids-new": devices,
+                    "volcano.sh/devices-to-allocate": devices,
+                    "volcano.sh/bind-phase": "allocating",
+                    "volcano.sh/bind-time": "1700000000",
+                },
+            },
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": name, "image": "cuda", "resources": {"limits": limits}}
+                    for name, limits in containers.items()
+                ],
+            },
+        },
+    )
+    admission = kubelet.admit(pod)
+    assert admission.admitted, f"{admission}\n{daemon.output()[-3000:]}"
+
+    def limits(container: str, resource: str) -> tuple[str, ...]:
+        """The GPUs a container sees and its memory limit per GPU."""
+        envs = admission.allocation(container, resource).envs
+        gpus = envs["NVIDIA_VISIBLE_DEVICES"]
+        return (gpus, *(envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(gpus.count(",") + 1)))
+
+    assert limits("memory-only", MEMORY) == (GPU1, "2048m")
+    assert admission.allocation("memory-only", MEMORY).envs["CUDA_DEVICE_SM_LIMIT"] == "25"
+    assert all(d.startswith(GPU1) for d in admission.allocation("memory-only", MEMORY).device_ids)
+    assert limits("memory-percentage", MEMORY) == (GPU0, "1000m")
+    assert limits("number-memory-percentage", NUMBER) == (GPU1, "1500m")
+    assert limits("trainer", NUMBER) == (f"{GPU0},{GPU1}", "3000m", "3000m")
+    for container, resource in [
+        ("number-memory-percentage", MEMORY),
+        ("trainer", MEMORY),
+        ("cores-only", CORES),
+        ("memory-only", CORES),
+    ]:
+        assert admission.allocation(container, resource).envs == {}  # kubelet's accounting only
+    assert admission.find("log", NUMBER) is None and admission.find("percentage-only", MEMORY) is None
+
+    eventually(lambda: notes(apiserver, "pods", "mixed").get("volcano.sh/bind-phase") == "success", daemon)
+    assert notes(apiserver, "pods", "mixed")["volcano.sh/devices-to-allocate"] == ";;;"
+    assert samples(daemon, "volcano_vgpu_device_allocated_memory") == {
+        (("NodeName", NODE), ("devID", GPU0)): 4000,
+        (("NodeName", NODE), ("devID", GPU1)): 6548,
+    }
+
+
 def test_metrics_follow_the_ledger(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:
@@ -170,7 +249,8 @@ def test_metrics_follow_the_ledger(
         "small-2",
         "small-4",
     ]
-    assert samples(daemon, "volcano_gpu_plugin_ledger_allocations") == {(): 3}
+    # each pod left: its vgpu-number row and the vgpu-memory row that only lets kubelet account
+    assert samples(daemon, "volcano_gpu_plugin_ledger_allocations") == {(): 6}
     assert get(daemon.metrics_url() + "/healthz")[0] == 200
     assert get(daemon.metrics_url() + "/readyz") == (200, "ok\n")
 

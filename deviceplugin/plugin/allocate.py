@@ -289,6 +289,7 @@ class PodAllocator(Generic[P]):
             done = served_keys | {(pod.uid, need.name, self.resource)}
             complete = pod.containers_left(done) == 0
             patches = self._patches(served, done)
+            shares = self._shares(served)  # none: an answer that only lets kubelet account
             self.ledger.record(
                 Allocation(
                     pod_uid=pod.uid,
@@ -296,7 +297,7 @@ class PodAllocator(Generic[P]):
                     pod_name=pod.name,
                     container=need.name,
                     resource=self.resource,
-                    gpus=self._shares(served),
+                    gpus=shares,
                     device_ids=tuple(device_ids),
                     response=response.SerializeToString(),
                 ),
@@ -313,7 +314,7 @@ class PodAllocator(Generic[P]):
             gpus=",".join(str(g.index) for g in served.gpus),
             pod_complete=complete,
         )
-        return response, "served"
+        return response, "served" if shares else "empty"
 
     def _failed(self, err: AllocateError) -> None:
         self.stats.failures[err.reason] += 1

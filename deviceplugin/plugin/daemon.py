@@ -185,7 +185,7 @@ def _allocator(
     config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
 ) -> Allocator | None:
     """What answers Allocate for the resource; None without an API (no pod can be identified)."""
-    if devices.resource.name in (keys.VGPU_MEMORY, keys.VGPU_CORES):
+    if devices.resource.name == keys.VGPU_CORES:
         return AccountingAllocator(devices, services.stats)
     if services.kube is None:
         return None
@@ -197,7 +197,7 @@ def _allocator(
         "stats": services.stats,
         "on_outbox": kube.outbox.wake,
     }
-    if devices.resource.name == keys.VGPU_NUMBER:
+    if devices.resource.name in (keys.VGPU_NUMBER, keys.VGPU_MEMORY):  # a memory-only container's slot
         return VgpuAllocator(
             devices, gpu.health, kube.pods, services.ledger, kube.events, hook_path=services.hook, **options
         )

@@ -1,17 +1,21 @@
-"""Allocate for `vgpu` (`volcano.sh/vgpu-number`), SPEC §3.2: HAMi-core sharing under Volcano.
+"""Allocate for `vgpu` (`volcano.sh/vgpu-number` and `volcano.sh/vgpu-memory`), SPEC §3.2:
+HAMi-core sharing under Volcano.
 
 The scheduler writes the devices of every vGPU container in `volcano.sh/devices-to-allocate`
-(one `;`-separated slot per container asking for vGPU, in container order) with
-`volcano.sh/vgpu-node`, `volcano.sh/vgpu-time` and `volcano.sh/bind-phase: allocating`. Each
-`vgpu-number` Allocate serves the next unserved vGPU container of the earliest matching pod:
-its UUIDs, HAMi-core's limits as env vars and mounts, its slot emptied in `devices-to-allocate`;
-after the last one the pod gets `bind-phase: success` (or `failed`, with an Event, when it cannot
-be served). `vgpu-memory` and `vgpu-cores` only let kubelet account capacity
-(`allocate.AccountingAllocator`).
+(one `;`-separated slot per container, in container order, by Volcano's rule: see
+`fit.vgpu_slots`) with `volcano.sh/vgpu-node`, `volcano.sh/vgpu-time` and
+`volcano.sh/bind-phase: allocating`. A slot is served by the Allocate kubelet calls for its
+container: `vgpu-number` when the container limits it, else `vgpu-memory` (a container that asks
+memory alone gets one device, and kubelet never calls the number plugin for it). Serving means
+the container's UUIDs, HAMi-core's limits as env vars and mounts, its slot emptied in
+`devices-to-allocate`; after the last slot the pod gets `bind-phase: success` (or `failed`, with
+an Event, when it cannot be served). The `vgpu-memory` Allocate of a container that also limits
+`vgpu-number` only accounts capacity: an empty response, recorded so the pod's next container is
+matched. `vgpu-cores` always only accounts (`allocate.AccountingAllocator`).
 
 Unlike the upstream plugin, the container is matched by name (not by slot position among all
-containers), a pod with two vGPU containers works, and a finished or terminating pod is never a
-candidate.
+containers), a pod with two vGPU containers works, a memory-only container gets its GPU, and a
+finished or terminating pod is never a candidate.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from deviceplugin.fit import keys, objects
 from deviceplugin.fit.codec import decode_pod_devices, encode_pod_devices
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.model import Assigned
-from deviceplugin.fit.vgpu import parse_vgpu_requests
+from deviceplugin.fit.vgpu_slots import vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder
@@ -40,14 +44,27 @@ from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_iden
 
 DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
 NODE_MODE = keys.MODE_HAMI_CORE  # the only sharing mode this plugin runs (MIG and MPS: not yet)
-DONE_PHASES = (keys.BIND_PHASE_SUCCESS, keys.BIND_PHASE_FAILED)
 
 
 @dataclass(frozen=True, slots=True)
 class VgpuPod(PendingPod):
     slots: tuple[tuple[Assigned, ...], ...] = ()  # devices-to-allocate, decoded
     slot_of: Mapping[str, int] = field(default_factory=dict)  # container name -> its slot
+    slot_keys: tuple[Key, ...] = ()  # per slot: the ledger key of the Allocate that serves it
+    accounting: frozenset[str] = frozenset()  # containers this resource only accounts for
+    settled: bool = False  # bind-phase success: only accounting needs are left
     uncontrolled: frozenset[str] = frozenset()  # containers that set CUDA_DISABLE_CONTROL
+
+    def next_need(self, served: frozenset[Key]) -> ContainerNeed | None:
+        """After `bind-phase: success` an accounting need is matched only when this node served
+        the container's slot: a pod settled by another plugin (or before a lost ledger) must not
+        answer a later pod's `vgpu-memory` request with an empty response."""
+        for need, key in zip(self.needs, self.need_keys, strict=True):
+            if key in served:
+                continue
+            if not self.settled or (self.uid, need.name, keys.VGPU_NUMBER) in served:
+                return need
+        return None
 
 
 def _sets_disable_control(container: Obj) -> bool:
@@ -57,19 +74,12 @@ def _sets_disable_control(container: Obj) -> bool:
     )
 
 
-def _vgpu_containers(pod: Obj, problems: list[str]) -> list[str]:
-    """Names of the containers the scheduler gave a slot: those asking for vGPU, in order."""
-    try:
-        return [request.name for request in parse_vgpu_requests(pod)]
-    except FitInputError as err:
-        problems.append(str(err))
-        return []
-
-
 def _slots(notes: Mapping[str, str], problems: list[str]) -> tuple[tuple[Assigned, ...], ...] | None:
     raw = notes.get(keys.DEVICES_TO_ALLOCATE)
     if raw is None:
         return None
+    if not raw:
+        return ((),)  # one consumed slot: `;`-joining a single empty container gives ""
     try:
         return tuple(tuple(devices) for devices in decode_pod_devices(raw))
     except FitInputError as err:
@@ -77,41 +87,61 @@ def _slots(notes: Mapping[str, str], problems: list[str]) -> tuple[tuple[Assigne
         return None
 
 
-def read_vgpu_pod(pod: Obj, node_name: str) -> VgpuPod | None:
-    """The pod as a candidate for `vgpu-number`; None once it is finished, terminating or its
-    binding is settled (`bind-phase` success or failed).
-
-    A pod that cannot be served as written stays a candidate with a `problem`, ranked after
-    every servable pod, so its own Allocate fails with the reason instead of timing out.
-    Otherwise: `vgpu-time`, creation time, UID.
-    """
-    notes = objects.annotations_of(pod)
-    if (
-        objects.is_terminal(pod)
-        or objects.metadata(pod).get("deletionTimestamp")
-        or notes.get(keys.BIND_PHASE) in DONE_PHASES
-    ):
-        return None
-    uid, namespace, name, created = pod_identity(pod)
-    resource = keys.VGPU_NUMBER
-    problems: list[str] = []
-    units: dict[str, tuple[bool, int]] = {}  # container -> (init container, vgpu-number)
-    uncontrolled = set()
+def _container_needs(
+    pod: Obj, resource: str, serves: Mapping[str, str], problems: list[str]
+) -> tuple[list[ContainerNeed], set[str], set[str]]:
+    """The containers kubelet calls `resource`'s Allocate for, in kubelet order; which of them it
+    only accounts for (their slot is another resource's); which set CUDA_DISABLE_CONTROL."""
+    needs, accounting, uncontrolled = [], set(), set()
     for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
         for container in containers:
-            container_name = objects.container_name(container)
+            name = objects.container_name(container)
+            if _sets_disable_control(container):
+                uncontrolled.add(name)
             try:
-                count = whole_units(container, resource)
+                units = whole_units(container, resource)
             except FitInputError as err:
                 problems.append(str(err))
                 continue
-            if count and init:
-                problems.append(f"init container {container_name!r}: vGPU is served to app containers only")
-            if count:
-                units[container_name] = (init, count)
-            if _sets_disable_control(container):
-                uncontrolled.add(container_name)
-    if not units:
+            if not units:
+                continue
+            if init:
+                # Kept strict: Volcano books nothing for init containers and writes them no slot,
+                # so there are no limits to give; serving one would run an unbooked process
+                # on a shared GPU (the upstream plugin hands it the first app container's slot).
+                problems.append(f"init container {name!r}: vGPU is served to app containers only")
+            elif serves.get(name) != resource:
+                accounting.add(name)
+            needs.append(ContainerNeed(name, init, units))
+    return needs, accounting, uncontrolled
+
+
+def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) -> VgpuPod | None:
+    """The pod as a candidate for `resource` (`vgpu-number` or `vgpu-memory`); None once it is
+    finished, terminating or failed, or (`bind-phase: success`) has no accounting need left.
+
+    A pod that cannot be served as written stays a candidate with a `problem`, ranked after
+    every servable pod, so its own Allocate fails with the reason instead of timing out.
+    Otherwise: `vgpu-time`, creation time, UID. Only what protects the containers is checked:
+    the requests themselves were Volcano's to judge, and the slot says what each one gets.
+    """
+    notes = objects.annotations_of(pod)
+    phase = notes.get(keys.BIND_PHASE)
+    if (
+        objects.is_terminal(pod)
+        or objects.metadata(pod).get("deletionTimestamp")
+        or phase == keys.BIND_PHASE_FAILED
+    ):
+        return None
+    uid, namespace, name, created = pod_identity(pod)
+    settled = phase == keys.BIND_PHASE_SUCCESS
+    problems: list[str] = []
+    owners = vgpu_slot_owners(pod)
+    serves = {owner.name: keys.VGPU_NUMBER if owner.by_count else keys.VGPU_MEMORY for owner in owners}
+    needs, accounting, uncontrolled = _container_needs(pod, resource, serves, problems)
+    if settled:  # every slot is served; a late vgpu-memory call of a number container may remain
+        needs = [need for need in needs if need.name in accounting]
+    if not needs:
         return None
     node = notes.get(keys.VGPU_NODE)
     if node is None:
@@ -132,43 +162,59 @@ def read_vgpu_pod(pod: Obj, node_name: str) -> VgpuPod | None:
     if decoded is None and node is not None and not problems:
         problems.append(f"no {keys.DEVICES_TO_ALLOCATE} annotation")
     slots = decoded or ()
-    names = _vgpu_containers(pod, problems)
     slot_of: dict[str, int] = {}
-    if decoded is not None and names:
-        if len(slots) != len(names):
+    if decoded is not None and owners:
+        # Kept strict: with a slot count that is not Volcano's for this spec, any mapping is a
+        # guess that could give a container another container's GPUs and limits.
+        if len(slots) != len(owners):
             problems.append(
-                f"{keys.DEVICES_TO_ALLOCATE} has {len(slots)} container slot(s); "
-                f"{len(names)} container(s) ask for vGPU ({', '.join(names)})"
+                f"{keys.DEVICES_TO_ALLOCATE} has {len(slots)} container slot(s); {len(owners)} container(s) "
+                f"limit {keys.VGPU_NUMBER} or {keys.VGPU_MEMORY} ({', '.join(o.name for o in owners)})"
             )
         else:
-            slot_of = {container_name: position for position, container_name in enumerate(names)}
-    needs = []
-    for container_name, (init, count) in units.items():
-        position = slot_of.get(container_name)
-        if position is not None and not slots[position]:
+            slot_of = {owner.name: position for position, owner in enumerate(owners)}
+    kept = []
+    for need in needs:
+        position = slot_of.get(need.name)
+        if need.name in accounting or position is None:
+            kept.append(need)
+            continue
+        if not slots[position]:
             continue  # its slot was consumed already: served before the ledger knew
-        if position is not None and len(slots[position]) != count:
+        # Kept strict: kubelet hands the container this many devices; a slot of another size
+        # was not written for it.
+        by_count = resource == keys.VGPU_NUMBER
+        if len(slots[position]) != (need.units if by_count else 1):
+            asks = f"{need.units} {resource}" if by_count else f"{resource} alone (one device)"
             problems.append(
-                f"container {container_name!r} asks for {count} {resource}; "
+                f"container {need.name!r} asks for {asks}; "
                 f"{keys.DEVICES_TO_ALLOCATE} gives it {len(slots[position])} device(s)"
             )
-        needs.append(ContainerNeed(container_name, init, count))
+        kept.append(need)
     return VgpuPod(
         uid=uid,
         namespace=namespace,
         name=name,
-        needs=tuple(needs),
-        need_keys=tuple((uid, need.name, resource) for need in needs),
+        needs=tuple(kept),
+        need_keys=tuple((uid, need.name, resource) for need in kept),
         rank=(bool(problems), vgpu_time is None, vgpu_time or 0, created, uid),
         problem="; ".join(problems),
         slots=slots,
         slot_of=slot_of,
+        slot_keys=tuple((uid, owner.name, serves[owner.name]) for owner in owners) if slot_of else (),
+        accounting=frozenset(accounting),
+        settled=settled,
         uncontrolled=frozenset(uncontrolled),
     )
 
 
 class VgpuAllocator(PodAllocator[VgpuPod]):
-    """Serves `volcano.sh/vgpu-number`: the container's GPUs and its HAMi-core limits."""
+    """Serves `volcano.sh/vgpu-number` or `volcano.sh/vgpu-memory`: the GPUs and HAMi-core limits
+    of each container whose slot the resource serves, an empty answer for the others.
+
+    Kubelet admits one pod at a time and calls the plugins one after another, so the two
+    allocators of a node (each with its own lock) never record for the same pod at once.
+    """
 
     lock_key = keys.VGPU_LOCK
 
@@ -188,10 +234,12 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
-        return read_vgpu_pod(pod, self.node_name)
+        return read_vgpu_pod(pod, self.node_name, self.resource)
 
     def _asking(self, units: int) -> str:
-        return f"{units} vGPU(s) ({self.resource})"
+        if self.resource == keys.VGPU_NUMBER:
+            return f"{units} vGPU(s) ({self.resource})"
+        return f"{units} unit(s) of {self.resource}"
 
     def _devices(self, pod: VgpuPod, need: ContainerNeed) -> tuple[Assigned, ...]:
         return pod.slots[pod.slot_of[need.name]]
@@ -200,6 +248,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         where = f"pod {pod.display} container {need.name!r}"
         if pod.problem:
             raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
+        if need.name in pod.accounting:
+            return Served(pod, need, tuple(kubelet_gpus))  # kubelet's accounting: nothing to place
         gpus = []
         for device in self._devices(pod, need):
             gpu = self._by_uuid.get(device.uuid)
@@ -226,6 +276,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         """The container's env and mounts; its cache directory is created on the host here."""
         pod, need = served.pod, served.need
         assert isinstance(pod, VgpuPod)
+        if need.name in pod.accounting:
+            return pb.ContainerAllocateResponse()
         where = f"pod {pod.display} container {need.name!r}"
         if not self.hook.library.is_file():
             raise AllocateError(
@@ -254,6 +306,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
 
     def _shares(self, served: Served) -> tuple[GpuShare, ...]:
         assert isinstance(served.pod, VgpuPod)
+        if served.need.name in served.pod.accounting:
+            return ()
         devices = self._devices(served.pod, served.need)
         factor = self.devices.layout.factor
         return tuple(
@@ -264,14 +318,14 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
     def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
         pod = served.pod
         assert isinstance(pod, VgpuPod)
+        if (pod.uid, served.need.name, self.resource) not in pod.slot_keys:
+            return []  # an accounting answer changes no slot
         # Every served slot emptied, not only this one: the cache may not yet show the previous
-        # container's patch, and the last patch sent must not bring its slot back.
-        slots = [
-            () if (pod.uid, container, self.resource) in done else pod.slots[position]
-            for container, position in sorted(pod.slot_of.items(), key=lambda item: item[1])
-        ]
+        # container's patch (of either resource), and the last patch sent must not bring its
+        # slot back.
+        slots = [() if key in done else slot for key, slot in zip(pod.slot_keys, pod.slots, strict=True)]
         annotations = {keys.DEVICES_TO_ALLOCATE: encode_pod_devices(slots)}
-        if pod.containers_left(done):
+        if any(slot for slot in slots):
             return [Patch("pod", pod.namespace, pod.name, annotations)]
         annotations[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
         return [Patch("pod", pod.namespace, pod.name, annotations), self._unlock()]

@@ -11,9 +11,11 @@ import grpc
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.fit import objects
 from deviceplugin.fit.codec import encode_pod_devices
 from deviceplugin.fit.model import Assigned
-from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.plugin.allocate import AccountingAllocator, AllocateError, AllocationStats
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.vgpu import VgpuAllocator
@@ -298,20 +300,214 @@ def test_settled_and_finished_pods_are_not_candidates(vgpu: Rig) -> None:
     fails(vgpu, ["GPU-000-0"], grpc.StatusCode.FAILED_PRECONDITION, "no pod bound here")
 
 
+# --- Volcano's container rule: which container owns which slot ------------------------------
+
+GPU0, GPU1, GPU2 = (gpu.uuid for gpu in GPUS)
+PERCENTAGE = "volcano.sh/vgpu-memory-percentage"
+
+
+def placed(
+    rig: Rig,
+    name: str,
+    containers: list[tuple[str, dict[str, str]]],
+    devices: str,
+    *,
+    vgpu_time: int = 1,
+    init: list[tuple[str, dict[str, str]]] | None = None,
+    phase: str = "allocating",
+) -> dict[str, Any]:
+    """A pod with these limits per container and `devices` as Volcano's bind writes it (one
+    `;`-separated slot per container that owns one)."""
+
+    def spec(items: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
+        return [{"name": n, "image": "cuda", "resources": {"limits": limits}} for n, limits in items]
+
+    notes = {
+        "volcano.sh/vgpu-node": NODE,
+        "volcano.sh/vgpu-time": str(vgpu_time),
+        "volcano.sh/vgpu-ids-new": devices,
+        "volcano.sh/devices-to-allocate": devices,
+        "volcano.sh/bind-phase": phase,
+        "volcano.sh/bind-time": str(vgpu_time),
+    }
+    pod = {
+        "metadata": {"name": name, "namespace": "ml", "annotations": notes},
+        "spec": {"nodeName": NODE, "containers": spec(containers), "initContainers": spec(init or [])},
+    }
+    return rig.create(pod)
+
+
+@pytest.fixture
+def memory(vgpu: Rig) -> VgpuAllocator:
+    """The node's vgpu-memory allocator beside the rig's vgpu-number one (same cache, ledger, hook)."""
+    number = vgpu.allocator
+    assert isinstance(number, VgpuAllocator)
+    devices = DeviceList(RESOURCES["vgpu"][1], GPUS, Layout(split_count=4))
+    return VgpuAllocator(
+        devices,
+        vgpu.health,
+        vgpu.pods,
+        vgpu.ledger,
+        vgpu.events,
+        hook_path=number.hook,
+        node_name=NODE,
+        timeout_s=1.0,
+        on_outbox=vgpu.outbox.wake,
+    )
+
+
+def memory_ids(gpu: str, count: int, start: int = 0) -> list[str]:
+    return [f"{gpu}-memory-{n}" for n in range(start, start + count)]
+
+
+def test_only_containers_limiting_number_or_memory_own_slots(vgpu: Rig) -> None:
+    """Cores alone, a percentage alone and no GPU at all own no slot; a percentage beside memory is
+    Volcano's to resolve (the slot carries the result), so the pod is served as placed."""
+    placed(
+        vgpu,
+        "mixed",
+        [
+            ("log", {}),
+            ("cores-only", {CORES: "30"}),
+            ("percentage-only", {PERCENTAGE: "50"}),
+            ("both", {NUMBER: "1", MEMORY: "1000", PERCENTAGE: "50", CORES: "20"}),
+            ("wide", {NUMBER: "2"}),
+        ],
+        f"{GPU1},NVIDIA,5494,20:;{GPU0},NVIDIA,10989,0:{GPU2},NVIDIA,10989,0:",
+    )
+    both = envs(vgpu.allocator.allocate([f"{GPU0}-0"]))
+    assert (both["NVIDIA_VISIBLE_DEVICES"], both["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (GPU1, "5494m")
+    assert both["CUDA_DEVICE_SM_LIMIT"] == "20"
+    wide = envs(vgpu.allocator.allocate([f"{GPU0}-1", f"{GPU2}-1"]))
+    assert wide["NVIDIA_VISIBLE_DEVICES"] == f"{GPU0},{GPU2}"
+    done = settled(vgpu, "mixed", "success")
+    assert done["volcano.sh/devices-to-allocate"] == ";"
+    assert sorted(a.container for a in vgpu.ledger.active()) == ["both", "wide"]
+
+
+def test_a_memory_only_container_is_served_by_the_vgpu_memory_allocate(
+    vgpu: Rig, memory: VgpuAllocator, tmp_path: Path
+) -> None:
+    """Kubelet never calls the number plugin for it; Volcano gave it one device."""
+    pod = placed(vgpu, "small", [("cuda", {MEMORY: "2048", CORES: "25"})], f"{GPU2},NVIDIA,2048,25:")
+    response = memory.allocate(memory_ids(GPU2, 2048))
+    assert envs(response)["NVIDIA_VISIBLE_DEVICES"] == GPU2
+    assert envs(response)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
+    assert envs(response)["CUDA_DEVICE_SM_LIMIT"] == "25"
+    cache = tmp_path / "hook" / "vgpu" / "containers" / f"{pod['metadata']['uid']}_cuda"
+    assert mounts(response)["/tmp/vgpu"] == (str(cache), False)
+    assert "/etc/ld.so.preload" in mounts(response)
+    assert [(u.index, u.memory, u.cores) for u in vgpu.ledger.usage_by_gpu()] == [(2, 2048, 25)]
+    done = settled(vgpu, "small", "success")
+    assert done["volcano.sh/devices-to-allocate"] == ""
+
+
+def test_preferred_steers_memory_ids_of_a_memory_only_container(vgpu: Rig, memory: VgpuAllocator) -> None:
+    placed(vgpu, "steer", [("cuda", {MEMORY: "3"})], f"{GPU1},NVIDIA,3,0:")
+    available = [device for gpu in GPUS for device in memory_ids(gpu.uuid, 4)]
+    request = pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=3)
+    assert memory.preferred(request) == memory_ids(GPU1, 3)
+
+
+def test_a_pod_with_a_number_and_a_memory_only_container_settles_after_both(
+    vgpu: Rig, memory: VgpuAllocator
+) -> None:
+    placed(
+        vgpu,
+        "pair",
+        [("trainer", {NUMBER: "1", MEMORY: "512"}), ("sidecar", {MEMORY: "256"})],
+        f"{GPU0},NVIDIA,512,0:;{GPU1},NVIDIA,256,0:",
+    )
+    trainer = envs(vgpu.allocator.allocate([f"{GPU0}-0"]))
+    assert memory.allocate(memory_ids(GPU0, 512)) == pb.ContainerAllocateResponse()  # trainer's accounting
+    vgpu.outbox.run_once()
+    assert notes_of(vgpu, "pair")["volcano.sh/bind-phase"] == "allocating"  # the sidecar's slot is left
+    sidecar = envs(memory.allocate(memory_ids(GPU1, 256)))
+    assert (trainer["NVIDIA_VISIBLE_DEVICES"], sidecar["NVIDIA_VISIBLE_DEVICES"]) == (GPU0, GPU1)
+    assert sidecar["CUDA_DEVICE_MEMORY_LIMIT_0"] == "256m"
+    assert settled(vgpu, "pair", "success")["volcano.sh/devices-to-allocate"] == ";"
+    assert [(u.index, u.memory) for u in vgpu.ledger.usage_by_gpu()] == [(0, 512), (1, 256)]
+
+
+@pytest.mark.parametrize("memory_first", [True, False])
+def test_vgpu_memory_of_a_number_container_only_accounts_in_either_order(
+    vgpu: Rig, memory: VgpuAllocator, memory_first: bool
+) -> None:
+    """Kubelet calls a container's plugins in map order; the memory call of a number container
+    gets an empty answer before or after the number call settled the pod."""
+    placed(vgpu, "one", [("cuda", {NUMBER: "1", MEMORY: "1024"})], f"{GPU0},NVIDIA,1024,0:")
+    if memory_first:
+        assert memory.allocate(memory_ids(GPU0, 1024)) == pb.ContainerAllocateResponse()
+    served = envs(vgpu.allocator.allocate([f"{GPU0}-0"]))
+    assert served["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+    settled(vgpu, "one", "success")
+    pod_uid = vgpu.ledger.active()[0].pod_uid
+
+    def cached_phase(cache: PodCache) -> str:
+        return str(objects.annotations_of(cache.get(pod_uid) or {}).get("volcano.sh/bind-phase"))
+
+    assert vgpu.pods.wait_until(lambda cache: cached_phase(cache) == "success", WAIT_S)
+    if not memory_first:
+        assert memory.allocate(memory_ids(GPU0, 1024)) == pb.ContainerAllocateResponse()
+    assert [(u.index, u.memory) for u in vgpu.ledger.usage_by_gpu()] == [(0, 1024)]
+    assert {a.resource for a in vgpu.ledger.active()} == {NUMBER, MEMORY}
+
+
+def test_a_pod_settled_elsewhere_never_takes_a_memory_only_containers_turn(
+    vgpu: Rig, memory: VgpuAllocator
+) -> None:
+    """A running pod whose slots another plugin served (nothing in this ledger) ranks first by
+    vgpu-time and asks as much memory, yet the later memory-only container gets its GPU."""
+    placed(vgpu, "old", [("cuda", {NUMBER: "1", MEMORY: "700"})], "", vgpu_time=1, phase="success")
+    placed(vgpu, "new", [("cuda", {MEMORY: "700"})], f"{GPU2},NVIDIA,700,0:", vgpu_time=2)
+    assert envs(memory.allocate(memory_ids(GPU2, 700)))["NVIDIA_VISIBLE_DEVICES"] == GPU2
+    assert [a.pod_name for a in vgpu.ledger.active()] == ["new"]
+
+
+def test_an_init_container_asking_vgpu_memory_is_refused(vgpu: Rig, memory: VgpuAllocator) -> None:
+    """Volcano writes no slot and books nothing for init containers: no limits to give it."""
+    placed(
+        vgpu,
+        "setup",
+        [("cuda", {NUMBER: "1"})],
+        f"{GPU0},NVIDIA,10989,0:",
+        init=[("prepare", {MEMORY: "100"})],
+    )
+    with pytest.raises(AllocateError) as caught:
+        memory.allocate(memory_ids(GPU0, 100))
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "init container 'prepare': vGPU is served to app containers only" in str(caught.value)
+    assert settled(vgpu, "setup", "failed")["volcano.sh/bind-phase"] == "failed"
+
+
+def test_a_slot_count_that_is_not_volcanos_is_refused(vgpu: Rig) -> None:
+    """Two containers own slots by Volcano's rule (number, memory alone) but the annotation has
+    one: any mapping would be a guess."""
+    placed(
+        vgpu,
+        "odd",
+        [("a", {NUMBER: "1"}), ("b", {MEMORY: "100"})],
+        f"{GPU0},NVIDIA,100,0:",
+    )
+    refused(
+        vgpu,
+        "odd",
+        [f"{GPU0}-0"],
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "1 container slot(s); 2 container(s) limit volcano.sh/vgpu-number or volcano.sh/vgpu-memory (a, b)",
+    )
+
+
 # --- the accounting resources ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("resource", "device_id"), [(MEMORY, "GPU-000-memory-7"), (CORES, "GPU-222-core-99")]
-)
-def test_memory_and_cores_answer_empty_responses(resource: str, device_id: str) -> None:
-    index = [r.name for r in RESOURCES["vgpu"]].index(resource)
+def test_cores_answer_empty_responses() -> None:
     stats = AllocationStats()
-    allocator = AccountingAllocator(DeviceList(RESOURCES["vgpu"][index], GPUS, Layout()), stats)
-    assert allocator.allocate([device_id]) == pb.ContainerAllocateResponse()
+    allocator = AccountingAllocator(DeviceList(RESOURCES["vgpu"][2], GPUS, Layout()), stats)
+    assert allocator.allocate(["GPU-222-core-99"]) == pb.ContainerAllocateResponse()
     with pytest.raises(Exception, match="not devices of this node"):
-        allocator.allocate([device_id.replace("GPU-", "GPU-X")])
-    assert stats.outcomes[(resource, "empty")] == 1 and stats.failures["unknown-devices"] == 1
+        allocator.allocate(["GPU-X222-core-99"])
+    assert stats.outcomes[(CORES, "empty")] == 1 and stats.failures["unknown-devices"] == 1
 
 
 def test_vgpu_allocator_is_the_number_resource(vgpu: Rig) -> None:
