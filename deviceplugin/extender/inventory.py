@@ -132,9 +132,9 @@ class Devices:
         else:
             add_gpushare_pod(gpus, pod, self.compat)
 
-    def remove(self, gpus: Sequence[GpuState], uid: str) -> None:
+    def remove(self, gpus: Sequence[GpuState], uid: str, config: VgpuConfig) -> None:
         if self.strategy == "vgpu":
-            remove_vgpu_pod(gpus, uid, self.compat)
+            remove_vgpu_pod(gpus, uid, self.compat, config=config)
         else:
             remove_gpushare_pod(gpus, uid)
 
@@ -258,7 +258,7 @@ class Inventory:
 
     def _unbook(self, view: NodeView, uid: str) -> None:
         if view.pods.pop(uid, None) is not None:
-            self.devices.remove(view.gpus, uid)
+            self.devices.remove(view.gpus, uid, view.config)
             view.generation += 1
 
     def _add(self, view: NodeView, pod: Obj) -> None:

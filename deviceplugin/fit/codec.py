@@ -128,6 +128,12 @@ def encode_mig_id(uuid: str, group: str, position: int) -> str:
     return f"{uuid}[{group}-{position}]"
 
 
+def encode_mig_id_volcano(uuid: str, group: str, position: int) -> str:
+    """Volcano's `encodeMIGID`: plain formatting, so a card registered without a UUID gives
+    `[group-position]`."""
+    return f"{uuid}[{group}-{position}]"
+
+
 def decode_mig_id(device_id: str) -> tuple[str, str, int]:
     """(card UUID, group, position) of a MIG device ID."""
     match = _MIG_ID.fullmatch(device_id)

@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from deviceplugin.fit import keys, objects
+from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.errors import QuantityError, RequestError
 from deviceplugin.fit.model import (
     BINPACK,
@@ -46,10 +46,15 @@ def _container_units(pod: objects.Obj, container: objects.Obj, resource: str, vo
 
 def _pod_units(pod: objects.Obj, resource: str, compat: Compat) -> int:
     """max(sum over app containers, largest init container): init containers run one at a time,
-    before the app containers. Only limits are read (extended resources are not overcommitted)."""
+    before the app containers. Only limits are read (extended resources are not overcommitted).
+
+    Volcano sums memory in Go's `uint` (a negative quantity wraps to a huge request that fits
+    nowhere) and GPU counts in `int`."""
     volcano = is_volcano_compat(compat)
-    app = sum(_container_units(pod, c, resource, volcano) for c in objects.containers(pod))
-    init = max((_container_units(pod, c, resource, volcano) for c in objects.init_containers(pod)), default=0)
+    wrap = (goint.uint64 if resource == keys.GPU_MEMORY else goint.int64) if volcano else int
+    app = wrap(sum(wrap(_container_units(pod, c, resource, volcano)) for c in objects.containers(pod)))
+    inits = objects.init_containers(pod)
+    init = max((wrap(_container_units(pod, c, resource, volcano)) for c in inits), default=0)
     return max(app, init)
 
 
@@ -84,6 +89,11 @@ def fit_gpushare(
     `number`: that many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
     order, which is unspecified (B1); compat="volcano" draws them at random (`rng`) to match.
     A pod without a request of the strategy's resource fits with no devices.
+
+    compat="volcano", `number`, a pod that also asks `gpu-memory`: Volcano's filter counts idle
+    cards, but its Allocate takes the memory branch first (`gpushare/device_info.go:Allocate`):
+    one card, the lowest-indexed healthy one with enough free memory, shared or not; with none,
+    the pod is not placed although the filter passed.
     """
     volcano = is_volcano_compat(compat)
     policy = check_policy(policy, volcano)
@@ -94,7 +104,7 @@ def fit_gpushare(
         need = pod_gpu_memory(pod, compat)
         if need <= 0:
             return FitResult(ok=True)
-        fitting = [c for c in healthy if c.free_memory >= need]
+        fitting = [c for c in healthy if _free_memory(c, volcano) >= need]
         if not fitting:
             details = "; ".join(f"GPU {c.index}: {_why_not(c, need)}" for c in ordered)
             return FitResult(
@@ -115,12 +125,35 @@ def fit_gpushare(
                 reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
                 f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
             )
+        if volcano and pod_gpu_memory(pod, compat) > 0:
+            return _volcano_memory_branch(healthy, pod, len(healthy) - len(idle))
         taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
         devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
         return FitResult(
             ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, policy, volcano)
         )
     raise RequestError(f"gpushare strategy must be 'share' or 'number', not {strategy!r}")
+
+
+def _free_memory(card: GpuState, volcano: bool) -> int:
+    """Idle memory; Volcano's used memory is a uint sum, clamped at the card's size."""
+    if not volcano:
+        return card.free_memory
+    used = goint.uint64(card.used_memory)
+    return 0 if used >= card.memory else card.memory - used
+
+
+def _volcano_memory_branch(healthy: Sequence[GpuState], pod: objects.Obj, busy: int) -> FitResult:
+    memory = pod_gpu_memory(pod, "volcano")
+    card = next((c for c in healthy if _free_memory(c, True) >= memory), None)
+    if card is None:
+        return FitResult(
+            ok=False,
+            reason=f"pod {objects.display_name(pod)} also asks {memory} MiB of {keys.GPU_MEMORY}: Volcano's "
+            f"Allocate places it by memory, and no healthy GPU has that much free ({busy} in use)",
+        )
+    assigned = Assigned(card.uuid, card.index, card.type, memory, 0)
+    return FitResult(ok=True, devices=((assigned,),))
 
 
 def _share_score(card: GpuState, need: int, policy: str, volcano: bool) -> float:

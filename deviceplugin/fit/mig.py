@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from deviceplugin.fit.errors import PodDevicesError
 from deviceplugin.fit.model import MigGeometry, MigGroup, MigInstance, MigState
 
 
@@ -110,6 +111,44 @@ def take_slot(state: MigState, group_name: str, position: int) -> int | None:
             taken.sort()
         return inst.memory
     return None
+
+
+def take_slot_volcano(state: MigState, group_name: str, position: int) -> int:
+    """Volcano's `addMigUsed`: like `take_slot`, but a group it does not know books 0 MiB, and a
+    position past the group's slots is an error (Go indexes instance -1 there and panics)."""
+    for group in state.groups:
+        if group.name == group_name and group.locate(position) is None:
+            raise PodDevicesError(
+                f"MIG slot {group_name}-{position} is past the {sum(i.count for i in group.instances)} "
+                "slots of its group: Volcano's scheduler panics booking it"
+            )
+    return take_slot(state, group_name, position) or 0
+
+
+def release_slot_volcano(state: MigState, group_name: str, position: int) -> int:
+    """Volcano's `subMigUsed`: re-pins the card to the released slot's group (even an idle card),
+    frees the slot, and returns the memory of the instance type's usage entry: 0 when that type
+    has no entry left (its memory then stays booked on the card)."""
+    for number, group in enumerate(state.groups):
+        if group.name != group_name:
+            continue
+        state.active = number
+        located = group.locate(position)
+        if located is None:
+            raise PodDevicesError(
+                f"MIG slot {group_name}-{position} is past its group's slots: "
+                "Volcano's scheduler panics releasing it"
+            )
+        inst = group.instances[located[0]]
+        taken = state.used.get(inst.name)
+        if taken is None:
+            return 0
+        if located[1] in taken:
+            taken.remove(located[1])
+        if not taken:
+            del state.used[inst.name]
+        return inst.memory
+    return 0
 
 
 def release_slot(state: MigState, group_name: str, position: int, reset_group: bool) -> None:

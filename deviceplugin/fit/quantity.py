@@ -36,6 +36,9 @@ _SUFFIX = {
 }
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
+_DECIMAL_EXPONENT = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_EXPONENT = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_GO_INT64_DIGITS = 18  # apimachinery's maxInt64Factors
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -73,3 +76,45 @@ def quantity_as_int64(value: object) -> int | None:
     if amount.denominator != 1 or not _INT64_MIN <= amount.numerator <= _INT64_MAX:
         return None
     return amount.numerator
+
+
+def _go_text(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"quantity {value!r} is a {type(value).__name__}, not a string or number")
+    return value if isinstance(value, str) else repr(value)  # a JSON number reaches Go as its text
+
+
+def go_quantity_as_int64(value: object) -> int | None:
+    """`AsInt64()` of the Quantity Go's `ParseQuantity` builds, for compat="volcano".
+
+    Go keeps a quantity as a scaled int64 only on its fast path (at most 18 significant digits;
+    fewer for large binary suffixes) and answers AsInt64 only for a scale >= 0 there: so "2000m",
+    "1.0", "1Pi" and 19-digit numbers read as not-an-int64, although their values are integers.
+    The API server stores canonical forms ("2000m" -> "2"), where the two readings agree.
+    """
+    parse_quantity(value)  # the same grammar, so the same errors
+    text = _go_text(value)
+    if text == "0":
+        return 0
+    match = _QUANTITY.fullmatch(text)
+    assert match is not None
+    whole, _, fraction = match["number"].partition(".")
+    digits = whole.lstrip("0") or "0"
+    mantissa = 1
+    if match["exp"]:
+        scale = int(match["exp"][1:])
+        precision = _GO_INT64_DIGITS - len(digits) - len(fraction)
+    elif match["suffix"] in _BINARY_EXPONENT:
+        exponent = _BINARY_EXPONENT[match["suffix"]]
+        scale, mantissa = 0, 1 << exponent
+        precision = 15 - len(digits) - exponent * 3 // 10 - 1 if not fraction else -1
+    else:
+        scale = _DECIMAL_EXPONENT[match["suffix"] or ""]
+        precision = _GO_INT64_DIGITS - len(digits) - len(fraction)
+    scale -= len(fraction)
+    if precision < 0 or scale < -9 or scale < 0:
+        return None  # the arbitrary-precision path, or a negative scale: AsInt64 says no
+    amount: int = int(digits + fraction) * mantissa * 10**scale
+    if amount > _INT64_MAX:
+        return None
+    return -amount if match["sign"] == "-" else amount

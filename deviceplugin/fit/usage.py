@@ -4,9 +4,10 @@
 them current as pods come and go (adding a pod twice counts it once; adding it again after its
 annotations changed replaces its entry). These are the only functions here that mutate GpuStates.
 
-Which pods hold GPUs: by default every pod that has not finished, terminating pods included (their
-containers still run, B18). Volcano leaves terminating pods out and keeps finished ones on the
-card (they stop counting memory but the card is no longer idle).
+Which pods hold GPUs (`holds_gpus`): by default every pod that has not finished, terminating pods
+included (their containers still run, B18). Volcano's scheduler cache never books a Succeeded or
+Failed pod, and books neither a Running nor a Pending pod once it is being deleted (Releasing); a
+pod in phase Unknown, or with no phase, is booked even while being deleted.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from deviceplugin.fit import keys, objects
+from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.codec import (
     decode_mig_id,
     decode_mig_id_volcano,
@@ -27,7 +28,13 @@ from deviceplugin.fit.codec import (
 )
 from deviceplugin.fit.errors import PodFormatError
 from deviceplugin.fit.gpushare import pod_gpu_memory, pod_gpu_number
-from deviceplugin.fit.mig import geometry_for, release_slot, take_slot
+from deviceplugin.fit.mig import (
+    geometry_for,
+    release_slot,
+    release_slot_volcano,
+    take_slot,
+    take_slot_volcano,
+)
 from deviceplugin.fit.model import (
     DEFAULT_VGPU_CONFIG,
     Assigned,
@@ -40,12 +47,22 @@ from deviceplugin.fit.model import (
 )
 from deviceplugin.fit.quantity import parse_quantity, quantity_ceil
 
+_RELEASING_PHASES = ("Running", "Pending")
+
 
 def holds_gpus(pod: objects.Obj, compat: Compat = None) -> bool:
-    """Whether a pod bound to the node counts toward GPU usage."""
+    """Whether a pod bound to the node counts toward GPU usage.
+
+    Volcano: `cache/event_handlers.go:addTask` skips finished pods, `node_info.go:AddTask` books
+    no devices for a Releasing task, and `api/helpers.go:getTaskStatus` makes only a Running or
+    Pending pod with a deletionTimestamp Releasing (Unknown and empty phases stay booked).
+    """
+    if objects.is_terminal(pod):
+        return False
     if is_volcano_compat(compat):
-        return not objects.is_terminating(pod)
-    return not objects.is_terminal(pod)
+        deleting = bool(objects.metadata(pod).get("deletionTimestamp"))
+        return not (deleting and objects.phase(pod) in _RELEASING_PHASES)
+    return True
 
 
 def _new_usage(pod: objects.Obj, volcano: bool) -> PodUsage:
@@ -80,7 +97,7 @@ def gpushare_cards(
     count = quantity_ceil(number)
     if count <= 0:
         return []
-    per_card = quantity_ceil(total) // count
+    per_card = goint.int64_div(quantity_ceil(total), count)
     name = objects.metadata(node).get("name") or "node"
     unhealthy = parse_unhealthy_ids(objects.annotations_of(node).get(keys.GPU_UNHEALTHY_IDS, ""), compat)
     cards = [
@@ -242,8 +259,8 @@ def _add_vgpu_volcano(
                 parsed = decode_mig_id_volcano(device.uuid)
                 if parsed is None:
                     continue
-                slot_memory = take_slot(card.mig, *parsed) if card.mig is not None else None
-                booked = (slot_memory or 0) // factor
+                slot_memory = take_slot_volcano(card.mig, *parsed) if card.mig is not None else 0
+                booked = slot_memory // factor
                 mig_slots = (parsed,)
             usage = _new_usage(pod, volcano=True)
             usage.memory, usage.cores, usage.mig_slots = booked, device.cores, mig_slots
@@ -253,16 +270,31 @@ def _add_vgpu_volcano(
             card.used_cores += device.cores
 
 
-def remove_vgpu_pod(gpus: Sequence[GpuState], uid: str, compat: Compat = None) -> None:
-    """Release what a pod holds on every card (Volcano's SubResource)."""
-    reset_group = not is_volcano_compat(compat)
+def remove_vgpu_pod(
+    gpus: Sequence[GpuState],
+    uid: str,
+    compat: Compat = None,
+    *,
+    config: VgpuConfig = DEFAULT_VGPU_CONFIG,
+) -> None:
+    """Release what a pod holds on every card (Volcano's SubResource).
+
+    Volcano releases a MIG slot through `subMigUsed`: the card is re-pinned to the slot's group
+    and the memory given back is that of the instance type's remaining usage entry (0 if none).
+    """
+    volcano = is_volcano_compat(compat)
+    factor = max(config.memory_factor, 1)
     for gpu in gpus:
         usage = gpu.pods.pop(uid, None)
         if usage is None:
             continue
-        gpu.used_num -= usage.slots
-        gpu.used_memory -= usage.memory
-        gpu.used_cores -= usage.cores
+        released = usage.memory
         if gpu.mig is not None:
-            for group, position in usage.mig_slots:
-                release_slot(gpu.mig, group, position, reset_group)
+            if volcano and usage.mig_slots:
+                released = sum(release_slot_volcano(gpu.mig, *slot) for slot in usage.mig_slots) // factor
+            else:
+                for group, position in usage.mig_slots:
+                    release_slot(gpu.mig, group, position, not volcano)
+        gpu.used_num -= usage.slots
+        gpu.used_memory -= released
+        gpu.used_cores -= usage.cores

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from deviceplugin.fit import keys, objects
-from deviceplugin.fit.codec import encode_mig_id
-from deviceplugin.fit.errors import QuantityError, RequestError
+from deviceplugin.fit import goint, keys, objects
+from deviceplugin.fit.codec import encode_mig_id, encode_mig_id_volcano
+from deviceplugin.fit.errors import NodeRegisterError, QuantityError, RequestError
 from deviceplugin.fit.filters import TypeFilter, UuidFilter
 from deviceplugin.fit.mig import GroupSlot, pick_slot, pick_slot_volcano
 from deviceplugin.fit.model import (
@@ -28,17 +28,12 @@ from deviceplugin.fit.model import (
     check_policy,
     is_volcano_compat,
 )
-from deviceplugin.fit.quantity import quantity_as_int64
+from deviceplugin.fit.quantity import go_quantity_as_int64, quantity_as_int64
 
 _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
 
 
 # --- request parsing -------------------------------------------------------------------------
-
-
-def _int32(value: int) -> int:
-    """Go's int32(x) conversion: wrap to 32 bits."""
-    return (value + 2**31) % 2**32 - 2**31
 
 
 def _limit_or_request(container: objects.Obj, name: str) -> object | None:
@@ -50,15 +45,17 @@ def _limit_or_request(container: objects.Obj, name: str) -> object | None:
 
 
 def _volcano_value(container: objects.Obj, name: str) -> int | None:
-    """Volcano's reading: AsInt64 (non-integral -> 0) wrapped to int32; None if absent."""
+    """Volcano's reading: AsInt64 wrapped to int32; None if absent or when AsInt64 refuses the
+    value (Go then keeps its default: 0 for memory and cores, "unset" for the percentage)."""
     raw = _limit_or_request(container, name)
-    return None if raw is None else _int32(quantity_as_int64(raw) or 0)
+    value = None if raw is None else go_quantity_as_int64(raw)
+    return None if value is None else goint.int32(value)
 
 
 def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerRequest | None:
     limits = objects.limits(container)
     if config.count_resource in limits:
-        nums = _int32(quantity_as_int64(limits[config.count_resource]) or 0)
+        nums = goint.int32(go_quantity_as_int64(limits[config.count_resource]) or 0)
     elif config.memory_resource in limits:
         nums = 1
     else:
@@ -193,6 +190,8 @@ def _card_score(policy: str, used_num: int, used_memory: int, memory: int, volca
         if memory == 0:
             # Go float division: x/0 is +Inf, 0/0 is NaN. The default scores an empty card 0.
             return (math.nan if used_memory == 0 else math.inf) if volcano else 0.0
+        if volcano:  # float64 of Go's uint counters
+            return 100.0 * (float(goint.uint64(used_memory)) / float(goint.uint64(memory)))
         return 100.0 * (used_memory / memory)
     if policy == SPREAD:
         # A card that was idle before this pod earns the bonus. Volcano tests `UsedNum == 0`
@@ -212,19 +211,20 @@ def gpu_score(gpu: GpuState, policy: str | None, compat: Compat = None) -> float
 
 def node_score(score: float, weight: int) -> float:
     """Volcano's node order contribution: round-half-up of the summed card scores times weight
-    (0 when weight <= 0)."""
+    (0 when weight <= 0), through Go's int64 conversion (out of range or NaN: math.MinInt64)."""
     if weight <= 0:
         return 0.0
-    if not math.isfinite(score):
-        return float(-(2**63)) * weight  # Go's int(NaN or Inf) on amd64
-    return float(math.floor(score + 0.5) * weight)
+    rounded = score + 0.5
+    if math.isfinite(rounded):
+        rounded = math.floor(rounded)
+    return float(goint.float_to_int64(rounded)) * weight
 
 
 # --- fit -------------------------------------------------------------------------------------
 
 
 def _card_order(
-    policy: str, cards: Sequence[GpuState], used_num: list[int], used_mem: list[int]
+    policy: str, cards: Sequence[GpuState], used_num: list[int], used_mem: list[int], volcano: bool
 ) -> list[int]:
     """Visiting order for one container, from the counters as they stand before it."""
     positions = range(len(cards))
@@ -232,7 +232,23 @@ def _card_order(
         return sorted(positions, key=lambda p: (-used_mem[p], cards[p].index))
     if policy == SPREAD:
         return sorted(positions, key=lambda p: (used_num[p], cards[p].index))
+    if volcano:
+        return _volcano_unset_order(cards)
     return sorted(positions, key=lambda p: -cards[p].index)
+
+
+def _volcano_unset_order(cards: Sequence[GpuState]) -> list[int]:
+    """Volcano visits map keys n-1..0 (n = card count), assuming indices 0..n-1; a registration
+    with an empty entry leaves a gap, and Go dereferences the missing card (a nil-pointer panic,
+    raised here as an error when the walk reaches it)."""
+    position = {card.index: pos for pos, card in enumerate(cards)}
+    order = []
+    for index in range(len(cards) - 1, -1, -1):
+        if index not in position:
+            order.append(-1 - index)  # marks the missing card for the walk
+        else:
+            order.append(position[index])
+    return order
 
 
 def _same_group(card: GpuState, group: str) -> bool:
@@ -342,9 +358,12 @@ def fit_vgpu(
     ]
     factor = config.memory_factor if config.memory_factor > 1 else 1
 
-    used_num = [card.used_num for card in cards]
-    used_mem = [card.used_memory for card in cards]
-    used_core = [card.used_cores for card in cards]
+    # Volcano's counters are Go uints: keep them modulo 2^64 so wrapped values order, compare and
+    # score as they do there.
+    counter = goint.uint64 if volcano else int
+    used_num = [counter(card.used_num) for card in cards]
+    used_mem = [counter(card.used_memory) for card in cards]
+    used_core = [counter(card.used_cores) for card in cards]
     tentative_mig: dict[int, _MigTentative] = {}
     placed: list[tuple[Assigned, ...]] = []
     score = 0.0
@@ -356,8 +375,12 @@ def fit_vgpu(
         chosen: list[Assigned] = []
         rejected: list[tuple[int, str]] = []
         uuid_matched = False
-        percentage = request.memory_percentage
-        for pos in _card_order(policy, cards, used_num, used_mem):
+        for pos in _card_order(policy, cards, used_num, used_mem, volcano):
+            if pos < 0:
+                raise NodeRegisterError(
+                    f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
+                    "scheduler panics walking this node with no schedule policy (an empty entry)"
+                )
             card = cards[pos]
             if not volcano:
                 if not card.health:
@@ -373,25 +396,20 @@ def fit_vgpu(
             if blocked[pos]:
                 rejected.append((pos, "holds a pod of the same GPU exclusivity rule"))
                 continue
-            if card.split_count <= used_num[pos]:
+            if counter(card.split_count) <= used_num[pos]:
                 rejected.append((pos, f"all {card.split_count} shares taken"))
                 continue
             if group and _same_group(card, group):
                 rejected.append((pos, f"holds a pod of the same pod group {group}"))
                 continue
-            if percentage is None:
-                need = request.memory
-            elif volcano:
-                need = int(float(card.memory) * float(percentage) / 100.0)
-            else:
-                need = card.memory * percentage // 100
-            if card.memory - used_mem[pos] < need:
+            need = _memory_need(card, request, volcano)
+            if _short_of_memory(card, used_mem[pos], need, volcano):
                 rejected.append(
                     (pos, f"{max(0, card.memory - used_mem[pos])} of {card.memory} MiB free, needs {need}")
                 )
                 continue
             capacity = 100 if volcano else card.cores
-            if used_core[pos] + request.cores > capacity:
+            if counter(used_core[pos] + counter(request.cores)) > capacity:
                 rejected.append((pos, f"{used_core[pos]} of {capacity} cores used, needs {request.cores}"))
                 continue
             if request.cores == capacity and used_num[pos] > 0:
@@ -408,20 +426,23 @@ def fit_vgpu(
                 if card.mig is None:
                     rejected.append((pos, f"MIG card with no configured geometry for type {card.type!r}"))
                     continue
-                slot = _mig_slot(card, pos, need * factor, volcano, tentative_mig)
+                slot = _mig_slot(card, pos, counter(need * factor), volcano, tentative_mig)
                 if slot is None:
                     rejected.append((pos, f"no free MIG slot of {need} MiB or more"))
                     continue
-                device_id = encode_mig_id(card.uuid, slot.name, slot.position)
+                encode = encode_mig_id_volcano if volcano else encode_mig_id
+                device_id = encode(card.uuid, slot.name, slot.position)
                 booked = slot.memory // factor
                 if not volcano:
                     tentative_mig[pos].book(slot, card)
-            used_num[pos] += 1
-            used_mem[pos] += booked
-            used_core[pos] += request.cores
+            used_num[pos] = counter(used_num[pos] + 1)
+            used_mem[pos] = counter(used_mem[pos] + booked)
+            used_core[pos] = counter(used_core[pos] + counter(request.cores))
             if remaining > 0:
                 remaining -= 1
-                chosen.append(Assigned(device_id, card.index, request.type, need, request.cores))
+                # Volcano writes the uint memory through int(): a wrapped request reads negative.
+                memory = goint.int64(need) if volcano else need
+                chosen.append(Assigned(device_id, card.index, request.type, memory, request.cores))
                 score += _card_score(policy, used_num[pos], used_mem[pos], card.memory, volcano)
             if remaining == 0:
                 break
@@ -433,6 +454,23 @@ def fit_vgpu(
             return _failure(pod, request, headline, cards, rejected)
         placed.append(tuple(chosen))
     return FitResult(ok=True, devices=tuple(placed), score=score)
+
+
+def _memory_need(card: GpuState, request: ContainerRequest, volcano: bool) -> int:
+    """Memory a container needs on this card; Volcano's is `uint` (an int32 request wraps)."""
+    percentage = request.memory_percentage
+    if not volcano:
+        return request.memory if percentage is None else card.memory * percentage // 100
+    if percentage is None:
+        return goint.uint64(request.memory)
+    return goint.float_to_uint64(float(goint.uint64(card.memory)) * float(percentage) / 100.0)
+
+
+def _short_of_memory(card: GpuState, used: int, need: int, volcano: bool) -> bool:
+    if volcano:  # int(Memory) - int(UsedMem) < int(memreqForCard), in int64
+        free = goint.int64(goint.int64(card.memory) - goint.int64(used))
+        return free < goint.int64(need)
+    return card.memory - used < need
 
 
 def _mig_slot(

@@ -317,11 +317,16 @@ def test_unreadable_unhealthy_ids_on_node() -> None:
         pytest.param("Running", False, True, True, id="running"),
         pytest.param("Pending", False, True, True, id="pending"),
         pytest.param("Unknown", False, True, True, id="unknown"),
-        pytest.param("Succeeded", False, False, True, id="succeeded"),
-        pytest.param("Failed", False, False, True, id="failed"),
+        pytest.param("", False, True, True, id="no-phase"),
+        pytest.param("Succeeded", False, False, False, id="succeeded"),
+        pytest.param("Failed", False, False, False, id="failed"),
+        # Volcano: Running/Pending with a deletionTimestamp is Releasing, which books nothing.
         pytest.param("Running", True, True, False, id="terminating-running"),
         pytest.param("Pending", True, True, False, id="terminating-pending"),
-        pytest.param("Succeeded", True, False, True, id="succeeded-and-deleted"),
+        # getTaskStatus maps Unknown and any other phase to Unknown, which stays booked.
+        pytest.param("Unknown", True, True, True, id="terminating-unknown"),
+        pytest.param("", True, True, True, id="terminating-no-phase"),
+        pytest.param("Succeeded", True, False, False, id="succeeded-and-deleted"),
     ],
 )
 def test_holds_gpus(phase: str, deleting: bool, default: bool, volcano: bool) -> None:
@@ -433,9 +438,23 @@ def test_finished_pod_default_holds_nothing(phase: str) -> None:
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
-def test_finished_pod_volcano_stays_on_card_without_memory(phase: str) -> None:
-    # 1.1: used memory skips Succeeded/Failed pods, but "idle" means an empty PodMap.
-    cards = two_cards([mem_pod("done", 8000, "0", phase=phase)], "volcano")
+def test_finished_pod_volcano_cache_books_nothing(phase: str) -> None:
+    # Volcano's cache never adds a finished pod (addTask/isTerminated): a lingering finished Job
+    # pod leaves its card idle, so a whole-card request still fits there.
+    cards = two_cards(
+        [mem_pod("done", 8000, "0", phase=phase), num_pod("done-n", 1, "1", phase=phase)], "volcano"
+    )
+    assert all(not card.pods and card.used_memory == 0 for card in cards)
+    assert chosen(fit_gpushare(cards, mem_pod("big", PER_CARD), compat="volcano")) == [0]
+    assert fit_gpushare(cards, num_pod("wide", 2), strategy="number", compat="volcano").ok
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pod_added_directly_volcano_stays_on_card_without_memory(phase: str) -> None:
+    # GPUDevices.AddResource itself books any pod; getUsedGPUMemory then skips finished ones, but
+    # "idle" means an empty PodMap.
+    cards = two_cards([], "volcano")
+    add_gpushare_pod(cards, mem_pod("done", 8000, "0", phase=phase), "volcano")
     assert list(cards[0].pods) == ["uid-done"]
     assert idle_memory(cards) == [PER_CARD, PER_CARD]
     assert chosen(fit_gpushare(cards, mem_pod("big", 10000), compat="volcano")) == [0]

@@ -165,9 +165,12 @@ def test_pod_without_uid_is_rejected() -> None:
     [
         ("Running", False, True, True),
         ("Pending", False, True, True),
-        ("Running", True, True, False),  # terminating: still running (B18)
-        ("Succeeded", False, False, True),
-        ("Failed", True, False, True),
+        ("Running", True, True, False),  # terminating: still running (B18); Volcano: Releasing
+        ("Pending", True, True, False),
+        ("Unknown", True, True, True),  # Volcano books Unknown even while deleting
+        ("", True, True, True),
+        ("Succeeded", False, False, False),  # Volcano's cache never adds finished pods
+        ("Failed", True, False, False),
     ],
 )
 def test_which_pods_hold_gpus(phase: str, deleting: bool, default: bool, volcano: bool) -> None:
