@@ -256,7 +256,11 @@ def _same_group(card: GpuState, group: str) -> bool:
 
 
 def _matched_rules(labels: Mapping[str, str], rules: Sequence[Mapping[str, str]]) -> frozenset[int]:
-    return frozenset(n for n, rule in enumerate(rules) if all(labels.get(k) == v for k, v in rule.items()))
+    """Rules whose every label the pod carries; an empty rule matches nothing (Volcano drops it
+    when it reads its arguments)."""
+    return frozenset(
+        n for n, rule in enumerate(rules) if rule and all(labels.get(k) == v for k, v in rule.items())
+    )
 
 
 def _excluded(card: GpuState, rules: Sequence[Mapping[str, str]], mine: frozenset[int]) -> bool:

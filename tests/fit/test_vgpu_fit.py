@@ -620,3 +620,14 @@ def test_reason_names_pod_container_request_and_each_card() -> None:
     )
     assert "GPU 1 (GPU-1): 1000 of 8000 MiB free, needs 2000" in result.reason
     assert "GPU 0 (GPU-0): unhealthy" in result.reason
+
+
+@pytest.mark.parametrize("compat", BOTH)
+def test_empty_exclusive_rule_matches_nothing(compat: Compat) -> None:
+    # Volcano drops a rule with no labels when it reads its arguments; it must not make every
+    # pod exclusive to every other.
+    cards = gpus(16000, 16000)
+    book(cards, "GPU-0", 1000, compat=compat, labels={"team": "x"})
+    request = {NUM: "1", MEM: "100"}
+    result = fit(cards, request, policy="binpack", compat=compat, labels={"a": "b"}, rules=[{}])
+    assert chosen(result) == [["GPU-0"]]
