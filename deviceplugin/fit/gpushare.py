@@ -23,7 +23,7 @@ from deviceplugin.fit.model import (
     check_policy,
     is_volcano_compat,
 )
-from deviceplugin.fit.quantity import parse_quantity, quantity_ceil
+from deviceplugin.fit.quantity import go_quantity_value, parse_quantity
 
 Strategy = Literal["share", "number"]
 
@@ -33,7 +33,7 @@ def _container_units(pod: objects.Obj, container: objects.Obj, resource: str, vo
     if raw is None:
         return 0
     if volcano:
-        return quantity_ceil(raw)
+        return go_quantity_value(raw)
     where = f"pod {objects.display_name(pod)} container {objects.container_name(container)!r}: {resource}"
     try:
         amount = parse_quantity(raw)

@@ -70,6 +70,13 @@ def quantity_ceil(value: object) -> int:
     return math.ceil(amount) if amount >= 0 else -math.ceil(-amount)
 
 
+def go_quantity_value(value: object) -> int:
+    """Go's `Quantity.Value()`: `quantity_ceil`, but ParseQuantity caps the magnitude at the
+    largest int64, so "1e30" reads as 2^63-1."""
+    ceiled = quantity_ceil(value)
+    return max(-_INT64_MAX, min(ceiled, _INT64_MAX))
+
+
 def quantity_as_int64(value: object) -> int | None:
     """Kubernetes `Quantity.AsInt64()`: the value when it is an integer within int64, else None."""
     amount = parse_quantity(value)

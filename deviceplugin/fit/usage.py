@@ -45,7 +45,7 @@ from deviceplugin.fit.model import (
     VgpuConfig,
     is_volcano_compat,
 )
-from deviceplugin.fit.quantity import parse_quantity, quantity_ceil
+from deviceplugin.fit.quantity import go_quantity_value, parse_quantity
 
 _RELEASING_PHASES = ("Running", "Pending")
 
@@ -94,10 +94,10 @@ def gpushare_cards(
     total, number = capacity.get(keys.GPU_MEMORY), capacity.get(keys.GPU_NUMBER)
     if total is None or number is None:
         return []
-    count = quantity_ceil(number)
+    count = go_quantity_value(number)
     if count <= 0:
         return []
-    per_card = goint.int64_div(quantity_ceil(total), count)
+    per_card = goint.int64_div(go_quantity_value(total), count)
     name = objects.metadata(node).get("name") or "node"
     unhealthy = parse_unhealthy_ids(objects.annotations_of(node).get(keys.GPU_UNHEALTHY_IDS, ""), compat)
     cards = [

@@ -70,7 +70,7 @@ def _resources(rng: random.Random, values: dict[str, str | None]) -> dict[str, A
 
 # --- gpushare ---------------------------------------------------------------------------------
 
-SHARE_MEMORY = ["1000", "2000", "4000", "8000", "16000", "0", "1500m", "2000m", "1.5", "-100", "3Gi"]
+SHARE_MEMORY = ["1000", "2000", "4000", "8000", "16000", "0", "1500m", "2000m", "1.5", "-100", "3Gi", "1e19"]
 SHARE_NUMBER = ["1", "2", "0", "3", "-1", "1500m"]
 
 
@@ -94,7 +94,7 @@ def _share_pod(rng: random.Random, name: str, placed: bool) -> dict[str, Any]:
 
 def _share_node(rng: random.Random) -> dict[str, Any]:
     number = rng.choice(["4", "4", "2", "1", "3", "0"])
-    memory = rng.choice(["64000", "65536", "32000", "16000", "7", "0"])
+    memory = rng.choice(["64000", "65536", "32000", "16000", "7", "0", "1e30"])
     notes = {}
     if rng.random() < 0.4:
         notes["volcano.sh/gpu-unhealthy-ids"] = rng.choice(["1", "0,3", "x,2", "9", "", "2,2"])

@@ -98,7 +98,8 @@ class Quantity:
     def value(self) -> int:
         """Value(): rounded up, away from zero."""
         x = self.exact
-        return math.ceil(x) if x >= 0 else -math.ceil(-x)
+        ceiled = math.ceil(x) if x >= 0 else -math.ceil(-x)
+        return max(-((1 << 63) - 1), min(ceiled, (1 << 63) - 1))  # ParseQuantity caps at maxAllowed
 
     def as_int64(self) -> tuple[int, bool]:
         if self.fast is None:
