@@ -279,7 +279,8 @@ class ExtenderService:
                 if not result.ok:
                     return f"cannot bind pod {args.pod_display} to node {args.node}: {result.reason}"
                 if self.config.strategy == "vgpu":
-                    annotations = vgpu_bind_annotations(result, args.node, int(time.time()))
+                    now = int(time.time())
+                    annotations = vgpu_bind_annotations(result, args.node, now, self.config.compat)
                 else:
                     annotations = gpushare_bind_annotations(result, time.time_ns())
                 self.inventory.assume(view, _bound(pod, args.node, annotations))

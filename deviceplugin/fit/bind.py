@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deviceplugin.fit import keys
-from deviceplugin.fit.codec import encode_pod_devices, format_gpu_index
-from deviceplugin.fit.model import FitResult
+from deviceplugin.fit.codec import encode_pod_devices, encode_pod_devices_volcano, format_gpu_index
+from deviceplugin.fit.model import Compat, FitResult, is_volcano_compat
 
 
 def gpushare_bind_annotations(result: FitResult, now_ns: int) -> dict[str, str]:
@@ -20,9 +20,15 @@ def gpushare_bind_annotations(result: FitResult, now_ns: int) -> dict[str, str]:
     return {keys.GPU_INDEX: format_gpu_index(indices), keys.PREDICATE_TIME: str(now_ns)}
 
 
-def vgpu_bind_annotations(result: FitResult, node_name: str, now_s: int) -> dict[str, str]:
-    """The six annotations of a vGPU bind; the plugin consumes `devices-to-allocate` per container."""
-    devices = encode_pod_devices(result.devices)
+def vgpu_bind_annotations(
+    result: FitResult, node_name: str, now_s: int, compat: Compat = None
+) -> dict[str, str]:
+    """The six annotations of a vGPU bind; the plugin consumes `devices-to-allocate` per container.
+
+    compat="volcano" writes the devices as Volcano's `encodePodDevices` does, unchecked (a wrapped
+    memory request appears as a negative number there)."""
+    encode = encode_pod_devices_volcano if is_volcano_compat(compat) else encode_pod_devices
+    devices = encode(result.devices)
     return {
         keys.VGPU_NODE: node_name,
         keys.VGPU_TIME: str(now_s),

@@ -188,6 +188,13 @@ def encode_pod_devices(containers: Iterable[Iterable[Assigned]], dialect: Dialec
     raise PodDevicesError(f"unknown pod devices dialect {dialect!r} (want 'volcano' or 'hami')")
 
 
+def encode_pod_devices_volcano(containers: Iterable[Iterable[Assigned]]) -> str:
+    """Volcano's `encodePodDevices`: plain formatting, containers joined by `;`."""
+    return ";".join(
+        "".join(f"{d.uuid},{d.type},{d.memory},{d.cores}:" for d in devices) for devices in containers
+    )
+
+
 def _decode_entry(entry: str, where: str) -> Assigned:
     fields = entry.split(",")
     if len(fields) != 4:

@@ -29,6 +29,7 @@ from deviceplugin.fit import (
     has_vgpu_request,
     parse_vgpu_requests,
     remove_vgpu_pod,
+    vgpu_bind_annotations,
     vgpu_gpus,
 )
 from deviceplugin.fit.model import GpuState
@@ -431,6 +432,8 @@ def test_cores_that_wrap_negative_never_fit_but_memory_that_wraps_does() -> None
     assert not fit({go.VGPU_NUMBER: "1", go.VGPU_CORES: "3Gi"}).ok
     wrapped = fit({go.VGPU_NUMBER: "1", go.VGPU_MEMORY: "3Gi"})
     assert wrapped.ok and wrapped.devices[0][0].memory == -(2**30)  # Go writes int(uint(int32(3Gi)))
+    notes = vgpu_bind_annotations(wrapped, "n1", 0, "volcano")
+    assert notes["volcano.sh/vgpu-ids-new"] == "GPU-a,NVIDIA,-1073741824,0:"
     assert wrapped.score == 100 * (float(2**64 - 2**30) / 1000)  # float64 of the wrapped uint counter
 
 
