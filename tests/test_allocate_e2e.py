@@ -4,6 +4,7 @@ sockets; crash recovery with kill -9."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from tests.daemons import TIMEOUT_S, Daemon, eventually, streaming
 
 NODE = "node-1"
 MEM = "volcano.sh/gpu-memory"
+NUM = "volcano.sh/gpu-number"
 
 
 @pytest.fixture
@@ -134,6 +136,55 @@ def test_the_documented_example(
     }
     assert sorted(devices) == ["first", "second"]
     assert all(len(ids) == 1024 and all(d.startswith("0-") for d in ids) for ids in devices.values())
+
+
+def test_number_mode_envs_are_upstreams_per_container(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """volcano-sh/devices' envs, but each container gets its own GPUs: upstream hands every
+    container the pod's whole gpu-index and GPU 0's memory. VOLCANO_GPU_ALLOCATED keeps upstream's
+    formula (GPUs x GPUMemoryFactor), so a migrated configuration reads the same value."""
+    spec = workdir / "gpus.json"
+    sizes = (("GPU-small", 10989), ("GPU-large", 32768), ("GPU-other", 10989))
+    spec.write_text(json.dumps([{"uuid": u, "model": "Tesla V100", "memory_mib": m} for u, m in sizes]))
+    kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
+    daemon = start(
+        "--fake-gpus",
+        str(spec),
+        "--gpu-strategy",
+        "number",
+        "--gpu-memory-factor",
+        "2",
+        "--kubeconfig",
+        str(kubeconfig),
+    )
+    assert kubelet.wait_for(streaming(NUM), TIMEOUT_S), daemon.output()
+    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
+    pod = {
+        "metadata": {
+            "name": "pair",
+            "namespace": "ml",
+            "annotations": {"volcano.sh/gpu-index": "1,0,2", "volcano.sh/predicate-time": "1"},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": "one", "image": "cuda", "resources": {"limits": {NUM: "1"}}},
+                {"name": "two", "image": "cuda", "resources": {"limits": {NUM: "2"}}},
+            ],
+        },
+    }
+    admission = admit(kubelet, apiserver.create("pods", pod), daemon)
+    wanted = {"one": ("GPU-large", "2", "32768"), "two": ("GPU-small,GPU-other", "4", "10989")}
+    for container, (visible, allocated, total) in wanted.items():
+        envs = admission.allocation(container, NUM).envs
+        assert envs == {
+            "NVIDIA_VISIBLE_DEVICES": visible,
+            "VOLCANO_GPU_ALLOCATED": allocated,
+            "VOLCANO_GPU_MEMORY_TOTAL": total,
+            "VOLCANO_GPU_TOTAL": total,
+        }
+    eventually(lambda: assigned(apiserver, "pair"), daemon)
 
 
 def test_multi_container_pod_and_a_failure_with_a_clear_message(

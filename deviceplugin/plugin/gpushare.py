@@ -156,11 +156,18 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
         return Served(pod, need, tuple(self._gpu(where, i) for i in pod.gpu_index[start:stop]))
 
     def _response(self, served: Served) -> pb.ContainerAllocateResponse:
-        envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus)}
-        if self.share:
-            (gpu,) = served.gpus
-            envs["VOLCANO_GPU_ALLOCATED"] = str(served.need.units * self.devices.layout.factor)
-            envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(gpu.memory_mib)
+        """volcano-sh/devices' envs, in both modes, for this container rather than the pod.
+
+        `VOLCANO_GPU_ALLOCATED` is upstream's `devices x GPUMemoryFactor`: MiB in share mode; in
+        number mode the GPU count at the default factor 1 (upstream multiplies there too).
+        `VOLCANO_GPU_MEMORY_TOTAL` (and `VOLCANO_GPU_TOTAL`, its name before 2021) is the MiB of
+        one card, as upstream: the container's first GPU (upstream: the node's GPU 0).
+        """
+        envs = {
+            "NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus),
+            "VOLCANO_GPU_ALLOCATED": str(served.need.units * self.devices.layout.factor),
+        }
+        envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(served.gpus[0].memory_mib)
         return pb.ContainerAllocateResponse(envs=envs)
 
     def _shares(self, served: Served) -> tuple[GpuShare, ...]:

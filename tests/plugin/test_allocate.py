@@ -182,18 +182,31 @@ def test_no_api_request_while_serving_from_the_cache(share: Rig) -> None:
 # --- number mode ---------------------------------------------------------------------------
 
 
+def number_envs(visible: str, allocated: int) -> dict[str, str]:
+    """volcano-sh/devices' number-mode envs for one container (every rig GPU has 10989 MiB)."""
+    total = str(GPUS[0].memory_mib)
+    return {
+        "NVIDIA_VISIBLE_DEVICES": visible,
+        "VOLCANO_GPU_ALLOCATED": str(allocated),
+        "VOLCANO_GPU_MEMORY_TOTAL": total,
+        "VOLCANO_GPU_TOTAL": total,
+    }
+
+
 def test_number_mode_gives_each_container_its_slice(number: Rig) -> None:
-    number.pod("two", [("a", 1), ("b", 1)], gpu_index="2,0", resource=NUM)
+    """Upstream shows every container the pod's whole gpu-index; here each sees only its own
+    GPUs, and VOLCANO_GPU_ALLOCATED counts them."""
+    number.pod("two", [("a", 1), ("b", 2)], gpu_index="2,0,1", resource=NUM)
     first = number.allocator.allocate(["GPU-222"])
-    second = number.allocator.allocate(["GPU-000"])
-    assert envs(first) == {"NVIDIA_VISIBLE_DEVICES": "GPU-222"}
-    assert envs(second) == {"NVIDIA_VISIBLE_DEVICES": "GPU-000"}
+    second = number.allocator.allocate(["GPU-000", "GPU-111"])
+    assert envs(first) == number_envs("GPU-222", 1)
+    assert envs(second) == number_envs("GPU-000,GPU-111", 2)
 
 
 def test_number_mode_without_gpu_index_uses_kubelets_gpus(number: Rig) -> None:
     number.pod("default-scheduled", [("a", 2)], gpu_index=None, predicate_time=None, resource=NUM)
     response = number.allocator.allocate(["GPU-111", "GPU-222"])
-    assert envs(response) == {"NVIDIA_VISIBLE_DEVICES": "GPU-111,GPU-222"}
+    assert envs(response) == number_envs("GPU-111,GPU-222", 2)
     assert number.allocator.stats.mismatches[NUM] == 0
 
 
