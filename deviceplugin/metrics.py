@@ -3,8 +3,11 @@
 Everything is read from the running daemon at scrape time: GPU usage from the ledger (so the
 figures survive restarts and never drift the way counters kept by hand do), health from the
 health state, the rest from counters the parts keep. The vGPU gauges carry Volcano's scheduler
-names and labels (`NodeName`, `devID`, `podName`; memory in MiB) so existing dashboards work, in
-every strategy: share mode fills memory and leaves cores at 0, number mode gives whole GPUs.
+names, labels (`NodeName`, `devID`, `podName`, plus `podNamespace`) and units, so one dashboard
+reads both exporters: memory in units of `--gpu-memory-factor` MiB (those of `node-vgpu-register`
+and `devices-to-allocate`, which Volcano exports; MiB at the default factor 1), cores in percent.
+Every strategy fills them: share mode fills memory and leaves cores at 0, number mode gives whole
+GPUs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from deviceplugin.plugin.daemon import Daemon
 log = get_log(__name__)
 
 PLUGIN = "volcano_gpu_plugin"
+UNITS = "in units of gpu-memory-factor MiB (Volcano's)"
 # Allocate is served from memory and one fsync: the interesting range is 0.5 ms .. 1 s, plus the
 # waits for a pod the cache has not seen yet (up to the 5 s deadline).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -44,29 +48,29 @@ class DaemonCollector(Collector):
     def _vgpu_gauges(self) -> Iterator[Metric]:
         node = self.daemon.config.node_name
         ledger = self.daemon.services.ledger
+        factor = self.daemon.layout.factor  # the ledger keeps MiB; Volcano exports memory units
         device = ["NodeName", "devID"]
-        shared = GaugeMetricFamily(
-            "volcano_vgpu_device_shared_number", "Pods sharing the GPU", labels=device
-        )
+        shared = GaugeMetricFamily("volcano_vgpu_device_shared_number", "Pods sharing the GPU", labels=device)
         memory = GaugeMetricFamily(
-            "volcano_vgpu_device_allocated_memory", "GPU memory allocated to pods, MiB", labels=device
+            "volcano_vgpu_device_allocated_memory", f"GPU memory allocated to pods, {UNITS}", labels=device
         )
         cores = GaugeMetricFamily(
             "volcano_vgpu_device_allocated_cores", "GPU compute allocated to pods, percent", labels=device
         )
-        limit = GaugeMetricFamily("volcano_vgpu_device_memory_limit", "GPU memory, MiB", labels=device)
+        limit = GaugeMetricFamily("volcano_vgpu_device_memory_limit", f"GPU memory, {UNITS}", labels=device)
         usage = {row.uuid: row for row in ledger.usage_by_gpu()}
         for gpu in self.daemon.gpu.gpus:
             labels = [node, gpu.uuid]
             used = usage.get(gpu.uuid)
             shared.add_metric(labels, used.pods if used else 0)
-            memory.add_metric(labels, used.memory if used else 0)
+            memory.add_metric(labels, used.memory // factor if used else 0)
             cores.add_metric(labels, used.cores if used else 0)
-            limit.add_metric(labels, gpu.memory_mib)
+            limit.add_metric(labels, gpu.memory_mib // factor)  # as node-vgpu-register says
+        # podNamespace beyond Volcano's labels: two pods of one name would be one series otherwise
         per_pod = [*device, "podName", "podNamespace"]
         pod_memory = GaugeMetricFamily(
             "volcano_vgpu_device_memory_allocation_for_a_certain_pod",
-            "GPU memory allocated to the pod, MiB",
+            f"GPU memory allocated to the pod, {UNITS}",
             labels=per_pod,
         )
         pod_cores = GaugeMetricFamily(
@@ -76,7 +80,7 @@ class DaemonCollector(Collector):
         )
         for row in ledger.usage_by_pod():
             labels = [node, row.uuid, row.pod_name, row.namespace]
-            pod_memory.add_metric(labels, row.memory)
+            pod_memory.add_metric(labels, row.memory // factor)
             pod_cores.add_metric(labels, row.cores)
         yield from (shared, memory, cores, limit, pod_memory, pod_cores)
 
@@ -108,6 +112,22 @@ class DaemonCollector(Collector):
         )
         for resource, count in sorted(stats.mismatches.items()):
             mismatches.add_metric([resource], count)
+        resolved = CounterMetricFamily(
+            f"{PLUGIN}_allocate_same_count_resolved",
+            "Allocate calls with several pods asking the same count, by what told them apart "
+            "(pod-resources, ledger, arrival, same-placement)",
+            labels=["resource", "signal"],
+        )
+        for (resource, signal), count in sorted(stats.resolved.items()):
+            resolved.add_metric([resource, signal], count)
+        swaps = CounterMetricFamily(
+            f"{PLUGIN}_allocation_swaps_corrected",
+            "Containers kubelet's pod-resources showed served as another pod, corrected in the ledger "
+            "and the scheduler's annotations",
+            labels=["resource"],
+        )
+        for resource, count in sorted(stats.swaps.items()):
+            swaps.add_metric([resource], count)
         listed = GaugeMetricFamily(
             f"{PLUGIN}_listandwatch_bytes", "Size of the current ListAndWatch message", labels=["resource"]
         )
@@ -120,7 +140,7 @@ class DaemonCollector(Collector):
                 listed.add_metric([server.resource_name], len(server.service.devices.message(health)))
             for resource, count in sorted(services.registrar.registrations.items()):
                 registrations.add_metric([resource], count)
-        yield from (failures, mismatches, listed, registrations)
+        yield from (failures, mismatches, resolved, swaps, listed, registrations)
         yield GaugeMetricFamily(
             f"{PLUGIN}_ledger_allocations", "Live ledger allocations", value=services.ledger.live_count()
         )

@@ -255,6 +255,28 @@ def test_metrics_follow_the_ledger(
     assert get(daemon.metrics_url() + "/readyz") == (200, "ok\n")
 
 
+def test_metrics_are_in_volcanos_memory_units(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """With a memory factor the gauges hold what Volcano's scheduler exports under the same names:
+    the node-vgpu-register memory and the devices-to-allocate memory, not MiB (a dashboard that
+    scrapes both sees one value per device, told apart only by the job label)."""
+    daemon = launch(start, apiserver, kubelet, workdir, "--fake-gpus", "1x4914", "--gpu-memory-factor", "4")
+    pods = [worker(apiserver, f"unit-{n}", 128, 10, 3000 + n) for n in range(2)]
+    for pod in pods:
+        admission = kubelet.admit(pod)
+        assert admission.admitted, daemon.output()[-3000:]
+        assert admission.allocation("worker", NUMBER).envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "512m"
+    eventually(lambda: REGISTER in notes(apiserver, "nodes", NODE), daemon)
+    (registered,) = decode_node_register(notes(apiserver, "nodes", NODE)[REGISTER])
+    device = (("NodeName", NODE), ("devID", GPU0))
+    assert registered.memory == 4914 // 4
+    assert samples(daemon, "volcano_vgpu_device_memory_limit") == {device: registered.memory}
+    assert samples(daemon, "volcano_vgpu_device_allocated_memory") == {device: 256}
+    per_pod = samples(daemon, "volcano_vgpu_device_memory_allocation_for_a_certain_pod")
+    assert sorted(per_pod.values()) == [128, 128]
+
+
 def test_readyz_says_what_is_missing(
     apiserver: ApiServerEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:
