@@ -51,10 +51,27 @@ RESOURCES: Mapping[Strategy, tuple[Resource, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """What decides the device IDs: memory unit (MiB per device) and vGPU split count."""
+    """What decides the device IDs: memory unit (MiB per device), vGPU split count, and how much
+    memory and compute each GPU offers in vGPU mode (HAMi's deviceMemoryScaling and
+    deviceCoreScaling; above 1, HAMi-core oversubscribes the card)."""
 
     factor: int = 1
     split_count: int = 10
+    memory_scaling: float = 1.0
+    core_scaling: float = 1.0
+
+    def vgpu_memory_mib(self, gpu: GpuInfo) -> int:
+        """The MiB a GPU offers to vGPU pods: its memory x scaling, truncated as HAMi's Go does."""
+        return int(gpu.memory_mib * self.memory_scaling)
+
+    def vgpu_memory_units(self, gpu: GpuInfo) -> int:
+        """`vgpu-memory` devices, and the memory registered for Volcano, of one GPU."""
+        return self.vgpu_memory_mib(gpu) // self.factor
+
+    @property
+    def vgpu_cores(self) -> int:
+        """`vgpu-cores` devices per GPU (the upstream plugin's int(100 x scaling))."""
+        return int(VGPU_CORES_PER_GPU * self.core_scaling)
 
 
 def _varint(value: int) -> bytes:
@@ -124,8 +141,8 @@ def id_runs(resource: Resource, gpu: GpuInfo, layout: Layout) -> list[IdRun]:
     if resource.pattern == "uuid-slot":
         return _numbered(f"{gpu.uuid}-", layout.split_count)
     if resource.pattern == "uuid-memory":
-        return _numbered(f"{gpu.uuid}-memory-", gpu.memory_mib // layout.factor)
-    return _numbered(f"{gpu.uuid}-core-", VGPU_CORES_PER_GPU)
+        return _numbered(f"{gpu.uuid}-memory-", layout.vgpu_memory_units(gpu))
+    return _numbered(f"{gpu.uuid}-core-", layout.vgpu_cores)
 
 
 def device_count(resource: Resource, gpu: GpuInfo, layout: Layout) -> int:
@@ -179,14 +196,22 @@ class FactorError(ValueError):
     """The advertised device list cannot fit kubelet's message limit with this memory factor."""
 
 
-def smallest_factor(resources: Sequence[Resource], gpus: Sequence[GpuInfo], split_count: int) -> int:
+def smallest_factor(
+    resources: Sequence[Resource],
+    gpus: Sequence[GpuInfo],
+    split_count: int,
+    *,
+    memory_scaling: float = 1.0,
+    core_scaling: float = 1.0,
+) -> int:
     """The smallest memory factor keeping every resource's message within the budget."""
 
     def fits(factor: int) -> bool:
-        layout = Layout(factor, split_count)
+        layout = Layout(factor, split_count, memory_scaling, core_scaling)
         return all(message_size(r, gpus, layout) <= MESSAGE_BUDGET for r in resources)
 
-    low, high = 1, max((g.memory_mib for g in gpus), default=1)
+    offered = Layout(1, split_count, memory_scaling)
+    low, high = 1, max((max(g.memory_mib, offered.vgpu_memory_mib(g)) for g in gpus), default=1)
     if not fits(high):
         raise FactorError("no memory factor fits: the device list is over budget even at one device per GPU")
     while low < high:
@@ -209,17 +234,25 @@ def check_layout(resources: Sequence[Resource], gpus: Sequence[GpuInfo], layout:
                 f"{resource.name}: the device list would be {size:,} bytes, over the {MESSAGE_BUDGET:,}-byte "
                 "budget (kubelet accepts at most 4 MiB); lower --vgpu-split-count"
             )
-        fitting = smallest_factor(resources, gpus, layout.split_count)
+        fitting = smallest_factor(
+            resources,
+            gpus,
+            layout.split_count,
+            memory_scaling=layout.memory_scaling,
+            core_scaling=layout.core_scaling,
+        )
         raise FactorError(
             f"{resource.name}: with --gpu-memory-factor={layout.factor} the device list would be "
             f"{size:,} bytes, over the {MESSAGE_BUDGET:,}-byte budget (kubelet accepts at most 4 MiB); "
             f"use --gpu-memory-factor={fitting} or more, or --gpu-memory-factor=auto"
         )
     for gpu in gpus:
-        if any(resource.memory_based for resource in resources) and gpu.memory_mib // layout.factor == 0:
-            raise FactorError(
-                f"--gpu-memory-factor={layout.factor} is larger than GPU {gpu.index}'s {gpu.memory_mib} MiB"
-            )
+        for resource in resources:
+            if resource.memory_based and device_count(resource, gpu, layout) == 0:
+                mib = gpu.memory_mib if resource.pattern == "index-unit" else layout.vgpu_memory_mib(gpu)
+                raise FactorError(
+                    f"--gpu-memory-factor={layout.factor} is larger than GPU {gpu.index}'s {mib} MiB"
+                )
 
 
 @dataclass

@@ -35,13 +35,14 @@ def wanted_node_state(
 
 
 def vgpu_register(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> str:
-    """`UUID,split count,memory units,NVIDIA-<model>,health,hami-core:` per GPU, by index (SPEC §5)."""
+    """`UUID,split count,memory units,NVIDIA-<model>,health,hami-core:` per GPU, by index (SPEC §5).
+    Memory is what the GPU offers (scaled, as HAMi registers it), so Volcano books up to that."""
     return encode_node_register(
         GpuState(
             index=gpu.index,
             uuid=gpu.uuid,
             type=f"NVIDIA-{gpu.model}",
-            memory=gpu.memory_mib // layout.factor,
+            memory=layout.vgpu_memory_units(gpu),
             split_count=layout.split_count,
             health=health.get(gpu.uuid, False),
             mode=keys.MODE_HAMI_CORE,

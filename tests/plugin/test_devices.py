@@ -207,3 +207,26 @@ def test_split_count_over_budget_is_refused() -> None:
 
 def test_number_mode_needs_no_factor() -> None:
     check_layout(RESOURCES["number"], H200, Layout(factor=1))  # one ID per GPU: no error
+
+
+def test_vgpu_scaling_sets_memory_and_core_ids_as_hami_does() -> None:
+    """HAMi's deviceMemoryScaling / deviceCoreScaling: int(MiB x scaling) / factor memory units
+    and int(100 x scaling) cores per GPU; the share strategy's IDs ignore them."""
+    layout = Layout(factor=4, split_count=3, memory_scaling=1.8, core_scaling=1.5)
+    number, memory, cores = RESOURCES["vgpu"]
+    card = gpu(0, 16384)
+    assert [device_count(r, card, layout) for r in (number, memory, cores)] == [3, 29491 // 4, 150]
+    assert device_count(RESOURCES["share"][0], card, layout) == 16384 // 4
+
+
+def test_auto_factor_counts_oversubscribed_memory() -> None:
+    scaled = smallest_factor(RESOURCES["vgpu"], H200, 10, memory_scaling=2.0)
+    assert scaled > smallest_factor(RESOURCES["vgpu"], H200, 10)
+    check_layout(RESOURCES["vgpu"], H200, Layout(scaled, 10, memory_scaling=2.0))
+    with pytest.raises(FactorError, match=f"use --gpu-memory-factor={scaled} or more"):
+        check_layout(RESOURCES["vgpu"], H200, Layout(scaled - 1, 10, memory_scaling=2.0))
+
+
+def test_scaling_below_one_that_leaves_no_memory_is_refused() -> None:
+    with pytest.raises(FactorError, match=r"--gpu-memory-factor=1000 is larger than GPU 0's 549 MiB"):
+        check_layout(RESOURCES["vgpu"], (gpu(0),), Layout(factor=1000, memory_scaling=0.05))
