@@ -215,6 +215,7 @@ class WatchStream:
 
     def __init__(self, response: Any) -> None:
         self._response = response
+        self._closed = False
 
     def __iter__(self) -> Iterator[Obj]:
         buffer = b""
@@ -227,8 +228,13 @@ class WatchStream:
                         yield json.loads(line)
         except _CLIENT_ERRORS as err:
             raise _from_exception(err) from None
+        except AttributeError:
+            # http.client drops its file object when close() lands in the middle of a chunk read.
+            if not self._closed:
+                raise
 
     def close(self) -> None:
+        self._closed = True
         # Shutting the socket down (not just closing it) wakes a reader blocked in another thread.
         connection = getattr(self._response, "connection", None)
         sock = getattr(connection, "sock", None)
