@@ -19,7 +19,7 @@ from deviceplugin import logs
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import Kube, load_client
-from deviceplugin.kube.node import NodePublisher
+from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.nodestate import wanted_node_state
@@ -86,10 +86,12 @@ def pod_cache_latency(server: ApiServerEmulator, kube: Kube, rounds: int) -> flo
 def node_latency(server: ApiServerEmulator, kube: Kube, rounds: int) -> tuple[float, int]:
     server.create("nodes", {"metadata": {"name": "node-a"}})
     health = HealthState(tuple(g.uuid for g in GPUS))
+    watch = NodeWatch(kube, "node-a")
     publisher = NodePublisher(
-        kube, "node-a", lambda: wanted_node_state("share", GPUS, health.snapshot()[1], Layout(4)), health
+        kube, watch, lambda: wanted_node_state("share", GPUS, health.snapshot()[1], Layout(4)), health
     )
     publisher.start()
+    watch.start()
     samples = []
     try:
         deadline = time.monotonic() + 10
@@ -111,6 +113,7 @@ def node_latency(server: ApiServerEmulator, kube: Kube, rounds: int) -> tuple[fl
         time.sleep(3)
         idle_writes = server.requests.count(method="PATCH") - before
     finally:
+        watch.stop()
         publisher.stop()
     return summary("node annotation after a health change", samples), idle_writes
 

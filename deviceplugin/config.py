@@ -44,6 +44,7 @@ class DaemonConfig:
     vgpu_split_count: int = 10
     vgpu_handshake: bool = False
     vgpu_handshake_interval: float = 30.0
+    node_resync_interval: float = 30.0
     health_recovery_period: float = 60.0
     allocate_timeout: float = 5.0
     reconcile_interval: float = 10.0
@@ -111,6 +112,13 @@ def _seconds(value: object) -> float:
     return seconds
 
 
+def _handshake_seconds(value: object) -> float:
+    seconds = _seconds(value)
+    if seconds >= 60:
+        raise ValueError("must be below 60: Volcano drops a node whose answer is 60 s late")
+    return seconds
+
+
 def _path(value: object) -> Path:
     return Path(_text(value))
 
@@ -159,13 +167,19 @@ OPTIONS: tuple[Option, ...] = (
         "vgpu-handshake",
         "VGPU_HANDSHAKE",
         _bool,
-        "true: also keep Volcano <= 1.15's node-vgpu-handshake heartbeat (vgpu)",
+        "true: write node-vgpu-handshake every interval, asked or not (vgpu; default: answer Volcano only)",
     ),
     Option(
         "vgpu-handshake-interval",
         "VGPU_HANDSHAKE_INTERVAL",
+        _handshake_seconds,
+        "seconds between handshake answers, up to 20% less (below 60)",
+    ),
+    Option(
+        "node-resync-interval",
+        "NODE_RESYNC_INTERVAL",
         _seconds,
-        "seconds between handshake writes, jittered by 20% (keep under 60)",
+        "seconds between reads of the node to restore what this daemon publishes there",
     ),
     Option(
         "health-recovery-period", "HEALTH_RECOVERY_PERIOD", _seconds, "quiet seconds before a GPU recovers"

@@ -88,6 +88,12 @@ def test_auto_factor_and_paths() -> None:
         ({"fake_gpu_events": "/tmp/e"}, {}, r"--fake-gpu-events needs --fake-gpus"),
         ({"vgpu_handshake": "yes"}, {}, r"--vgpu-handshake: invalid value 'yes': must be true or false"),
         ({"vgpu_handshake_interval": "0"}, {}, r"--vgpu-handshake-interval: invalid value '0'"),
+        (
+            {"vgpu_handshake_interval": "60"},
+            {},
+            r"--vgpu-handshake-interval: invalid value '60': must be below 60: Volcano drops a node",
+        ),
+        ({"node_resync_interval": "-1"}, {}, r"--node-resync-interval: invalid value '-1'"),
     ],
 )
 def test_bad_values_name_the_option_and_source(

@@ -53,16 +53,16 @@ def node_annotations(apiserver: ApiServerEmulator) -> dict[str, str]:
     return dict(node["metadata"].get("annotations") or {})
 
 
+def gpu_number(apiserver: ApiServerEmulator, section: str = "capacity") -> str | None:
+    node = apiserver.get("nodes", NODE) or {}
+    value = node.get("status", {}).get(section, {}).get("volcano.sh/gpu-number")
+    return None if value is None else str(value)
+
+
 def test_node_state_and_pod_cache(apiserver: ApiServerEmulator, running: tuple[Daemon, Path]) -> None:
     daemon, _ = running
     eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-memory-factor") == "1", daemon)
-
-    def gpu_number() -> str | None:
-        node = apiserver.get("nodes", NODE) or {}
-        value = node.get("status", {}).get("capacity", {}).get("volcano.sh/gpu-number")
-        return None if value is None else str(value)
-
-    eventually(lambda: gpu_number() == "2", daemon)
+    eventually(lambda: gpu_number(apiserver) == "2", daemon)
     eventually(lambda: "pod cache listed" in daemon.output(), daemon)
     assert apiserver.requests.count(path="fieldSelector=spec.nodeName%3Dnode-1") >= 2
 
@@ -103,6 +103,40 @@ def test_api_outage_does_not_stop_the_daemon(
     assert "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver)
     apiserver.faults.clear()
     eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0", daemon, 30)
+
+
+def test_kubelet_re_registration_restores_gpu_number(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """A kubelet restarting after a reboot resets extended resources in node status. With the node
+    watch down and no periodic read due, only the re-registration can make the daemon look."""
+    daemon = start(
+        "--fake-gpus",
+        "2x1000",
+        "--kubeconfig",
+        str(apiserver.write_kubeconfig(workdir / "kubeconfig")),
+        "--node-resync-interval",
+        "600",
+    )
+    assert kubelet.wait_for(streaming("volcano.sh/gpu-memory"), TIMEOUT_S), daemon.output()
+    eventually(lambda: gpu_number(apiserver) == "2", daemon)
+    since = time.time()
+    apiserver.faults.error(503, path="fieldSelector=metadata.name")  # the node watch's list and watch
+    apiserver.drop_watches()
+    eventually(
+        lambda: any(
+            r.code == 503 and "fieldSelector=metadata.name" in r.target and r.started_at >= since
+            for r in apiserver.requests.records()
+        ),
+        daemon,
+    )
+    reset = {"volcano.sh/gpu-number": "0"}
+    apiserver.patch(
+        "nodes", NODE, {"status": {"capacity": reset, "allocatable": reset}}, subresource="status"
+    )
+    kubelet.restart()
+    eventually(lambda: gpu_number(apiserver) == gpu_number(apiserver, "allocatable") == "2", daemon)
+    apiserver.faults.clear()
 
 
 def test_unusable_kubeconfig_is_a_configuration_error(workdir: Path) -> None:

@@ -19,7 +19,7 @@ from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.handshake import Handshake
-from deviceplugin.kube.node import NodePublisher
+from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, LedgerError
 from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator
@@ -117,6 +117,7 @@ class KubeSide:
 
     pods: PodCache
     events: EventRecorder
+    watch: NodeWatch
     node: NodePublisher
     outbox: OutboxWorker
     health: HealthState
@@ -140,11 +141,13 @@ class KubeSide:
     ) -> KubeSide:
         pods = PodCache(kube, config.node_name)
         events = EventRecorder(kube, config.node_name)
+        watch = NodeWatch(kube, config.node_name)  # shared by node state and the handshake
         node = NodePublisher(
             kube,
-            config.node_name,
+            watch,
             lambda: wanted_node_state(config.gpu_strategy, gpu.gpus, gpu.health.snapshot()[1], layout),
             gpu.health,
+            config.node_resync_interval,
         )
         outbox = OutboxWorker(ledger, kube)
         index = {g.uuid: g.index for g in gpu.gpus}
@@ -161,16 +164,18 @@ class KubeSide:
 
         gpu.health.add_listener(on_health)
         handshake = None
-        if config.gpu_strategy == "vgpu" and config.vgpu_handshake:
-            handshake = Handshake(kube, config.node_name, config.vgpu_handshake_interval)
-        for part in (pods, events, node, outbox, handshake):
+        if config.gpu_strategy == "vgpu":  # answering Volcano's requests needs no flag
+            handshake = Handshake(
+                kube, watch, config.vgpu_handshake_interval, heartbeat=config.vgpu_handshake
+            )
+        for part in (pods, events, node, outbox, handshake, watch):
             if part is not None:
                 part.start()
-        return cls(pods, events, node, outbox, gpu.health, on_health, handshake)
+        return cls(pods, events, watch, node, outbox, gpu.health, on_health, handshake)
 
     def stop(self) -> None:
         self.health.remove_listener(self.on_health)
-        for part in (self.handshake, self.node, self.outbox, self.pods, self.events):
+        for part in (self.watch, self.handshake, self.node, self.outbox, self.pods, self.events):
             if part is not None:
                 part.stop()
 
@@ -254,7 +259,9 @@ class Services:
             )
             for resource in RESOURCES[config.gpu_strategy]
         ]
-        self.registrar = Registrar(servers, config.kubelet_socket)
+        self.registrar = Registrar(
+            servers, config.kubelet_socket, on_registered=self.kube.node.recheck if self.kube else None
+        )
         try:
             self.registrar.start()
         except (OSError, RuntimeError, grpc.RpcError) as err:

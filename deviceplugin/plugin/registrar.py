@@ -9,7 +9,7 @@ exponentially (capped), so an absent or broken kubelet is not hammered.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -26,9 +26,15 @@ BACKOFF_MAX_S = 10.0
 
 
 class Registrar:
-    def __init__(self, servers: Sequence[PluginServer], kubelet_socket: Path) -> None:
+    def __init__(
+        self,
+        servers: Sequence[PluginServer],
+        kubelet_socket: Path,
+        on_registered: Callable[[], None] | None = None,
+    ) -> None:
         self.servers = tuple(servers)
         self.kubelet_socket = kubelet_socket
+        self.on_registered = on_registered  # after every successful (re-)registration
         self._registered_with: tuple[int, int] | None = None
         self._worker = Worker("registrar", self._run)
         self._backoff = BACKOFF_START_S
@@ -91,4 +97,6 @@ class Registrar:
         self._registered_with = kubelet
         self._backoff = BACKOFF_START_S
         self._waiting_logged = False
+        if self.on_registered is not None:
+            self.on_registered()
         return POLL_S

@@ -1,9 +1,12 @@
-"""Node annotations and status published through the API-server emulator, only on change."""
+"""Node annotations and status published through the API-server emulator over HTTP: written only
+on change, and restored when someone else changes or removes them (node watch, periodic read,
+kubelet re-registration)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -11,14 +14,16 @@ from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import Kube
-from deviceplugin.kube.node import NodePublisher, NodeState
+from deviceplugin.kube.node import NodePublisher, NodeState, NodeWatch
 from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
 
-WAIT_S = 5.0
+WAIT_S = 20.0
 GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=10989) for i in range(3))
+NODE_PATH = "/api/v1/nodes/node-a"
+NODE_LIST = "fieldSelector=metadata.name"  # the watch's list and watch requests, not the reads
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
@@ -35,100 +40,184 @@ def health() -> HealthState:
     return HealthState(tuple(g.uuid for g in GPUS))
 
 
-def start(kube: Kube, health: HealthState, strategy: Strategy, factor: int = 1) -> NodePublisher:
-    publisher = NodePublisher(
-        kube,
-        "node-a",
-        lambda: wanted_node_state(strategy, GPUS, health.snapshot()[1], Layout(factor)),
-        health,
-    )
-    publisher.start()
-    return publisher
+Start = Callable[..., NodePublisher]
 
 
 @pytest.fixture
-def share(apiserver: ApiServerEmulator, kube: Kube, health: HealthState) -> Iterator[NodePublisher]:
-    apiserver.create("nodes", node_object("node-a"))
-    publisher = start(kube, health, "share", factor=4)
-    yield publisher
-    publisher.stop()
+def start(apiserver: ApiServerEmulator, kube: Kube, health: HealthState) -> Iterator[Start]:
+    """Start a node watch and a publisher on node-a (created unless the test did)."""
+    running: list[tuple[NodeWatch, NodePublisher]] = []
+
+    def launch(strategy: Strategy = "share", resync_s: float = 600.0) -> NodePublisher:
+        if apiserver.get("nodes", "node-a") is None:
+            apiserver.create("nodes", node_object("node-a"))
+        watch = NodeWatch(kube, "node-a")
+        publisher = NodePublisher(
+            kube,
+            watch,
+            lambda: wanted_node_state(strategy, GPUS, health.snapshot()[1], Layout(4)),
+            health,
+            resync_s,
+        )
+        publisher.start()
+        watch.start()
+        running.append((watch, publisher))
+        assert wait_for(lambda: publisher.published)
+        return publisher
+
+    yield launch
+    apiserver.faults.clear()
+    for watch, publisher in running:
+        watch.stop()
+        publisher.stop()
+
+
+def node(apiserver: ApiServerEmulator) -> dict[str, Any]:
+    found = apiserver.get("nodes", "node-a")
+    assert found is not None
+    return found
 
 
 def node_annotations(apiserver: ApiServerEmulator) -> dict[str, str]:
-    node = apiserver.get("nodes", "node-a")
-    assert node is not None
-    return dict(node["metadata"].get("annotations") or {})
+    return dict(node(apiserver)["metadata"].get("annotations") or {})
 
 
-def test_share_mode_publishes_gpu_number_and_factor(
-    apiserver: ApiServerEmulator, share: NodePublisher
-) -> None:
-    assert wait_for(lambda: share.published)
-    node = apiserver.get("nodes", "node-a")
-    assert node is not None
-    assert node["status"]["capacity"]["volcano.sh/gpu-number"] == "3"
-    assert node["status"]["allocatable"]["volcano.sh/gpu-number"] == "3"
-    assert node["status"]["capacity"]["cpu"] == "8"  # untouched
+def writes(apiserver: ApiServerEmulator) -> int:
+    """Patches of node-a, its status included."""
+    return apiserver.requests.count(method="PATCH", path=NODE_PATH)
+
+
+def settle(publisher: NodePublisher) -> None:
+    """Let the publisher compare once more against a fresh read of the node."""
+    done = publisher.checks
+    publisher.recheck()
+    assert publisher.wait_checks(done + 1, WAIT_S)
+
+
+def test_share_mode_publishes_gpu_number_and_factor(apiserver: ApiServerEmulator, start: Start) -> None:
+    start("share")
+    status = node(apiserver)["status"]
+    assert status["capacity"]["volcano.sh/gpu-number"] == "3"
+    assert status["allocatable"]["volcano.sh/gpu-number"] == "3"
+    assert status["capacity"]["cpu"] == "8"  # untouched
     assert node_annotations(apiserver) == {"volcano.sh/gpu-memory-factor": "4"}
 
 
-def test_unchanged_state_is_written_once(
-    apiserver: ApiServerEmulator, share: NodePublisher, health: HealthState
-) -> None:
-    assert wait_for(lambda: share.published)
-    patches = apiserver.requests.count(method="PATCH")
-    assert patches == 2  # annotations + status, once
-    for _ in range(20):
-        health.wake()  # loop the publisher without a change
-        time.sleep(0.02)
-    time.sleep(1.5)  # and let it idle through its periodic re-check
-    assert apiserver.requests.count(method="PATCH") == patches
+def test_unchanged_state_is_never_rewritten(apiserver: ApiServerEmulator, start: Start) -> None:
+    publisher = start("share", resync_s=0.05)
+    assert writes(apiserver) == 2  # annotations + status, once
+    done = publisher.checks
+    reads = apiserver.requests.count(method="GET", path=NODE_PATH)
+    apiserver.patch("nodes", "node-a", {"metadata": {"labels": {"team": "ml"}}})  # someone else's key
+    assert publisher.wait_checks(done + 10, WAIT_S)  # watch events and periodic reads
+    assert apiserver.requests.count(method="GET", path=NODE_PATH) > reads
+    assert writes(apiserver) == 2
 
 
-def test_health_change_follows_within_a_second(
-    apiserver: ApiServerEmulator, share: NodePublisher, health: HealthState
-) -> None:
-    assert wait_for(lambda: share.published)
+def test_health_change_follows(apiserver: ApiServerEmulator, start: Start, health: HealthState) -> None:
+    start("share")
     health.set(("GPU-1",), healthy=False, reason="Xid 79")
-    started = time.monotonic()
     assert wait_for(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1")
-    assert time.monotonic() - started < WAIT_S
     health.set(("GPU-2",), healthy=False, reason="Xid 79")
     assert wait_for(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1,2")
     health.set(("GPU-1", "GPU-2"), healthy=True, reason="recovered")
     assert wait_for(lambda: "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver))
 
 
-def test_survives_conflicts_and_outages(
-    apiserver: ApiServerEmulator, share: NodePublisher, health: HealthState
+@pytest.mark.parametrize(
+    ("strategy", "patch", "subresource"),
+    [
+        ("share", {"metadata": {"annotations": {"volcano.sh/gpu-unhealthy-ids": "0,2"}}}, ""),
+        ("share", {"metadata": {"annotations": {"volcano.sh/gpu-memory-factor": None}}}, ""),
+        ("share", {"status": {"capacity": {"volcano.sh/gpu-number": "0"}}}, "status"),
+        ("share", {"status": {"allocatable": {"volcano.sh/gpu-number": None}}}, "status"),
+        ("number", {"metadata": {"annotations": {"volcano.sh/gpu-unhealthy-ids": "1"}}}, ""),
+        ("vgpu", {"metadata": {"annotations": {"volcano.sh/node-vgpu-register": None}}}, ""),
+        (
+            "vgpu",
+            {"metadata": {"annotations": {"volcano.sh/node-vgpu-register": "GPU-0,1,1,x,true,mig:"}}},
+            "",
+        ),
+    ],
+    ids=[
+        "unhealthy-ids-edited",
+        "memory-factor-removed",
+        "gpu-number-capacity-reset",
+        "gpu-number-allocatable-removed",
+        "number-unhealthy-ids-added",
+        "vgpu-register-removed",
+        "vgpu-register-edited",
+    ],
+)
+def test_foreign_change_is_restored_by_the_watch_in_one_write(
+    apiserver: ApiServerEmulator, start: Start, strategy: Strategy, patch: dict[str, Any], subresource: str
 ) -> None:
-    assert wait_for(lambda: share.published)
+    publisher = start(strategy)  # no periodic read within the test: only the watch can see it
+    wanted = node(apiserver)
+    before = writes(apiserver)
+    apiserver.patch("nodes", "node-a", patch, subresource=subresource)
+
+    def restored() -> bool:
+        now = node(apiserver)
+        return now["metadata"].get("annotations") == wanted["metadata"].get("annotations") and all(
+            now["status"][section].get("volcano.sh/gpu-number")
+            == wanted["status"][section].get("volcano.sh/gpu-number")
+            for section in ("capacity", "allocatable")
+        )
+
+    assert wait_for(restored)
+    settle(publisher)
+    assert writes(apiserver) == before + 1
+
+
+def test_periodic_read_restores_while_the_watch_is_down(apiserver: ApiServerEmulator, start: Start) -> None:
+    publisher = start("share", resync_s=0.1)
+    apiserver.faults.error(503, path=NODE_LIST)  # the watch can neither list nor watch again
+    apiserver.drop_watches()
+    assert wait_for(lambda: not publisher.watch.synced)
+    reset = {"status": {"capacity": {"volcano.sh/gpu-number": "0"}}}
+    apiserver.patch("nodes", "node-a", reset, subresource="status")
+    assert wait_for(lambda: node(apiserver)["status"]["capacity"]["volcano.sh/gpu-number"] == "3")
+
+
+def test_recheck_reads_the_node_at_once(apiserver: ApiServerEmulator, start: Start) -> None:
+    """What kubelet re-registration triggers: with no watch and no periodic read due, the node is
+    read and repaired right away."""
+    publisher = start("share")
+    apiserver.faults.error(503, path=NODE_LIST)
+    apiserver.drop_watches()
+    assert wait_for(lambda: not publisher.watch.synced)
+    apiserver.patch("nodes", "node-a", {"metadata": {"annotations": {"volcano.sh/gpu-memory-factor": "1"}}})
+    settle(publisher)
+    assert node_annotations(apiserver)["volcano.sh/gpu-memory-factor"] == "4"
+
+
+def test_survives_conflicts_and_outages(
+    apiserver: ApiServerEmulator, start: Start, health: HealthState
+) -> None:
+    publisher = start("share")
     apiserver.faults.error(409, method="PATCH", times=2)
     health.set(("GPU-0",), healthy=False, reason="Xid 79")
     assert wait_for(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0")
     apiserver.faults.error(503)
+    done = publisher.checks
     health.set(("GPU-0",), healthy=True, reason="recovered")
-    time.sleep(0.5)
+    assert publisher.wait_checks(done + 2, WAIT_S)  # tried, failed, tried again
     assert node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "0"  # not reachable yet
     apiserver.faults.clear()
-    assert wait_for(lambda: "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver), 15)
+    assert wait_for(lambda: "volcano.sh/gpu-unhealthy-ids" not in node_annotations(apiserver))
 
 
-def test_existing_values_are_not_rewritten(
-    apiserver: ApiServerEmulator, kube: Kube, health: HealthState
-) -> None:
-    node = node_object("node-a")
-    node["metadata"]["annotations"] = {"volcano.sh/gpu-memory-factor": "4"}
-    node["status"]["capacity"]["volcano.sh/gpu-number"] = "3"
-    node["status"]["allocatable"]["volcano.sh/gpu-number"] = "3"
-    apiserver.create("nodes", node)
-    apiserver.patch("nodes", "node-a", {"status": node["status"]}, subresource="status")
-    publisher = start(kube, health, "share", factor=4)
-    try:
-        assert wait_for(lambda: publisher.published)
-        assert apiserver.requests.count(method="PATCH") == 0
-    finally:
-        publisher.stop()
+def test_existing_values_are_not_rewritten(apiserver: ApiServerEmulator, start: Start) -> None:
+    ready = node_object("node-a")
+    ready["metadata"]["annotations"] = {"volcano.sh/gpu-memory-factor": "4"}
+    apiserver.create("nodes", ready)
+    resources = {"volcano.sh/gpu-number": "3"}
+    apiserver.patch(
+        "nodes", "node-a", {"status": {"capacity": resources, "allocatable": resources}}, subresource="status"
+    )
+    settle(start("share"))
+    assert apiserver.requests.count(method="PATCH") == 0
 
 
 @pytest.mark.parametrize(
