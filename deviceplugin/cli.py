@@ -27,7 +27,8 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for option in (*OPTIONS, CONFIG_OPTION):
         default = defaults.get(option.field)
         shown = "" if default in (None, dataclasses.MISSING) else f", default {default}"
-        run.add_argument(f"--{option.name}", metavar="VALUE", help=f"{option.help} [env {option.env}{shown}]")
+        names = [f"--{name}" for name in (option.name, *option.aliases)]
+        run.add_argument(*names, metavar="VALUE", help=f"{option.help} [env {option.env}{shown}]")
 
 
 def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -2,7 +2,10 @@
 
 Precedence is flag > environment > file > default. Every option is parsed and checked at start,
 and an error names the option and where its value came from. The config file is a YAML mapping
-whose keys are the long flag names (`gpu-strategy: vgpu`); unknown keys are errors.
+whose keys are the long flag names (`gpu-strategy: vgpu`); unknown keys are errors. It may be
+volcano-sh/devices' config file instead (`version`, `flags`). The HAMi vGPU plugin's ConfigMaps
+(`--vgpu-device-config`, `--vgpu-node-config`) are files too, ranked above the config file: its
+node entry, then its device config (`deviceplugin.upstream` reads both formats).
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from deviceplugin.configfile import read_mapping
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.gpu.exclude import GpuExclusion, parse_exclusion
+from deviceplugin.upstream.devices import is_devices_config, read_devices_config
+from deviceplugin.upstream.fields import Reading, UpstreamError
+from deviceplugin.upstream.hami import read_device_config, read_node_config
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -51,6 +58,13 @@ class DaemonConfig:
     release_grace_period: float = 60.0
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    vgpu_memory_scaling: float = 1.0
+    vgpu_core_scaling: float = 1.0
+    vgpu_disable_core_limit: bool = False
+    exclude_gpus: GpuExclusion | None = None
+    vgpu_device_config: Path | None = None
+    vgpu_node_config: Path | None = None
+    notes: tuple[str, ...] = ()  # what the upstream files hold that needs nothing here, and why; logged
 
     @property
     def kubelet_socket(self) -> Path:
@@ -119,6 +133,23 @@ def _handshake_seconds(value: object) -> float:
     return seconds
 
 
+def _scaling(value: object) -> float:
+    try:
+        scaling = float(_text(value))
+    except ValueError:
+        raise ValueError("must be a number") from None
+    if not math.isfinite(scaling) or scaling <= 0:
+        raise ValueError("must be a number above 0")
+    return scaling
+
+
+def _core_scaling(value: object) -> float:
+    scaling = _scaling(value)
+    if scaling * 100 < 1:
+        raise ValueError("must be 0.01 or more: each GPU offers 100 x it vgpu-cores")
+    return scaling
+
+
 def _path(value: object) -> Path:
     return Path(_text(value))
 
@@ -137,6 +168,7 @@ class Option:
     env: str
     parse: Callable[[object], object]
     help: str
+    aliases: tuple[str, ...] = ()  # the upstream plugins' flag names for it
 
     @property
     def field(self) -> str:
@@ -191,45 +223,152 @@ OPTIONS: tuple[Option, ...] = (
         "reconcile-interval", "RECONCILE_INTERVAL", _seconds, "seconds between ledger checks against kubelet"
     ),
     Option("release-grace-period", "RELEASE_GRACE_PERIOD", _seconds, "seconds a container may be unlisted"),
+    Option(
+        "vgpu-memory-scaling",
+        "VGPU_MEMORY_SCALING",
+        _scaling,
+        "each GPU offers its MiB x this; above 1 oversubscribes with HAMi-core (vgpu)",
+    ),
+    Option(
+        "vgpu-core-scaling",
+        "VGPU_CORE_SCALING",
+        _core_scaling,
+        "each GPU offers 100 x this vgpu-cores (vgpu)",
+        aliases=("device-cores-scaling",),
+    ),
+    Option(
+        "vgpu-disable-core-limit",
+        "VGPU_DISABLE_CORE_LIMIT",
+        _bool,
+        "true: HAMi-core does not hold containers to their vgpu-cores (vgpu)",
+    ),
+    Option("exclude-gpus", "EXCLUDE_GPUS", parse_exclusion, "GPU UUIDs or indices this node does not offer"),
+    Option("vgpu-device-config", "VGPU_DEVICE_CONFIG", _path, "the HAMi vGPU plugin's device-config.yaml"),
+    Option("vgpu-node-config", "VGPU_NODE_CONFIG", _path, "the HAMi vGPU plugin's per-node config.json"),
     Option("log-format", "LOG_FORMAT", _choice("text", "json"), "text | json"),
     Option("log-level", "LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
 )
-CONFIG_OPTION = Option("config", "CONFIG_FILE", _path, "YAML file with any of these options")
+CONFIG_OPTION = Option(
+    "config",
+    "CONFIG_FILE",
+    _path,
+    "YAML file with any of these options, or volcano-sh/devices' config file",
+    aliases=("config-file",),
+)
+# What decides which upstream files are read, and for which node: resolved before the others.
+FIRST = ("node-name", "gpu-strategy", "vgpu-device-config", "vgpu-node-config")
+VGPU_ONLY = ("vgpu-memory-scaling", "vgpu-core-scaling", "vgpu-disable-core-limit", *FIRST[2:])
+Layer = dict[str, tuple[object, str]]  # option name -> (raw value, "from <where>")
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def _reading(path: Path, name: str, reading: Reading) -> tuple[Layer, list[str]]:
+    layer = {option: (value, f"from {path} {field}") for option, (value, field) in reading.settings.items()}
+    return layer, [f"{name} {path}: {note}" for note in reading.notes]
+
+
+def read_config_file(path: Path) -> tuple[Layer, list[str]]:
+    """The config file's options (own keys, or volcano-sh/devices' format) and notes to log."""
     try:
         loaded = read_mapping(path)
-    except ValueError as err:
+        if is_devices_config(loaded):
+            return _reading(path, "config file", read_devices_config(loaded))
+    except ValueError as err:  # an UpstreamError too
         raise OptionError(f"config file {path}: {err}") from None
     known = {option.name for option in OPTIONS}
     unknown = sorted(str(key) for key in loaded if key not in known)
     if unknown:
         raise OptionError(f"config file {path}: unknown option(s) {', '.join(unknown)}")
-    return loaded
+    return {key: (value, f"from {path}") for key, value in loaded.items()}, []
+
+
+def read_hami_files(values: Mapping[str, object]) -> tuple[Layer, list[str]]:
+    """The HAMi vGPU plugin's files given so far: the node's entry in config.json over
+    device-config.yaml."""
+    layer: Layer = {}
+    notes: list[str] = []
+    node = str(values["node_name"])
+    for name, read in (
+        ("vgpu-device-config", read_device_config),
+        ("vgpu-node-config", lambda path: read_node_config(path, node)),
+    ):
+        path = values.get(name.replace("-", "_"))
+        if not isinstance(path, Path):
+            continue
+        try:
+            more, said = _reading(path, f"--{name}", read(path))
+        except UpstreamError as err:
+            raise OptionError(f"--{name} {path}: {err}") from None
+        notes.extend(said)
+        for option, (value, origin) in more.items():
+            if option in layer and layer[option][0] != value:
+                lower, lower_origin = layer[option]
+                notes.append(f"--{option} ({lower_origin}): {lower!r} is overridden by --{option} ({origin})")
+            layer[option] = (value, origin)
+    return layer, notes
+
+
+def _candidates(
+    option: Option, flags: Mapping[str, str | None], env: Mapping[str, str], layers: tuple[Layer, ...]
+) -> list[tuple[object, str]]:
+    """Every value given for the option, with its source, highest rank first."""
+    found: list[tuple[object, str]] = []
+    flag, from_env = flags.get(option.name), env.get(option.env, "")
+    if flag is not None:
+        found.append((flag, f"--{option.name}"))
+    if from_env.strip():
+        found.append((from_env, f"--{option.name} (from env {option.env})"))
+    for layer in layers:
+        if option.name in layer:
+            raw, origin = layer[option.name]
+            found.append((raw, f"--{option.name} ({origin})"))
+    return found
+
+
+def _same(option: Option, raw: object, parsed: object) -> bool:
+    try:
+        return option.parse(raw) == parsed
+    except ValueError:
+        return False
 
 
 def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> DaemonConfig:
     """Resolve every option; `flags` maps long option names to the given value or None."""
     config_path = flags.get(CONFIG_OPTION.name) or env.get(CONFIG_OPTION.env) or None
-    file_values = read_config_file(Path(config_path)) if config_path else {}
+    own, notes = read_config_file(Path(config_path)) if config_path else ({}, [])
     values: dict[str, object] = {}
-    for option in OPTIONS:
-        flag, from_env = flags.get(option.name), env.get(option.env, "")
-        if flag is not None:
-            raw, source = flag, f"--{option.name}"
-        elif from_env.strip():
-            raw, source = from_env, f"--{option.name} (from env {option.env})"
-        elif option.name in file_values:
-            raw, source = file_values[option.name], f"--{option.name} (from {config_path})"
-        else:
-            continue
+    hami: Layer = {}  # the HAMi vGPU plugin's files, once the options that name them are known
+
+    def resolve(option: Option, layers: tuple[Layer, ...]) -> None:
+        found = _candidates(option, flags, env, layers)
+        if not found:
+            return
+        (raw, source), *overridden = found
         try:
             values[option.field] = option.parse(raw)
         except ValueError as err:
             raise OptionError(f"{source}: invalid value {raw!r}: {err}") from None
+        if option.name in hami:  # say where an upstream file's value loses, or wins over the config file
+            notes.extend(
+                f"{lower}: {value!r} is overridden by {source}"
+                for value, lower in overridden
+                if not _same(option, value, values[option.field])
+            )
+
+    for option in OPTIONS:
+        if option.name in FIRST:
+            resolve(option, (own,))
     if "node_name" not in values:
         raise OptionError("--node-name (or env NODE_NAME) is required")
+    strategy = values.get("gpu_strategy", "share")
+    given = [f"--{o.name}" for o in OPTIONS if o.name in VGPU_ONLY and _candidates(o, flags, env, (own,))]
+    if strategy != "vgpu" and given:
+        raise OptionError(f"{', '.join(given)}: for --gpu-strategy vgpu only (this node runs {strategy})")
+    hami, more = read_hami_files(values)
+    notes.extend(more)
+    for option in OPTIONS:
+        if option.name not in FIRST:
+            resolve(option, (hami, own))
     if "fake_gpu_events" in values and "fake_gpus" not in values:
         raise OptionError("--fake-gpu-events needs --fake-gpus")
+    values["notes"] = tuple(notes)
     return DaemonConfig(**values)  # type: ignore[arg-type]  # each value was parsed for its field

@@ -11,7 +11,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from deviceplugin import logs, memory
-from deviceplugin.config import OptionError, load_config
+from deviceplugin.config import DaemonConfig, OptionError, load_config
 from deviceplugin.metrics import MetricsServer, registry_for
 from deviceplugin.plugin.daemon import EXIT_FAILED, Daemon, StartupError, configure_logging
 
@@ -28,11 +28,18 @@ def _serve_metrics(daemon: Daemon, registry: CollectorRegistry) -> MetricsServer
     return server
 
 
+def _log_notes(config: DaemonConfig) -> None:
+    """What the upstream config files hold that this daemon reads but has nothing to do for."""
+    for note in config.notes:
+        log.info("upstream config", note=note)
+
+
 def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -> int:
     """Run until SIGTERM/SIGINT; SIGHUP reloads the configuration. Returns the exit code."""
     env = dict(os.environ if env is None else env)
     config = load_config(flags, env)
     configure_logging(config)
+    _log_notes(config)
     memory.return_large_buffers_to_the_os()
     stop, reload = threading.Event(), threading.Event()
 
@@ -75,6 +82,7 @@ def _reload(
     except (OptionError, StartupError) as err:
         log.error("reload refused, keeping the running configuration", error=str(err))
         return metrics
+    _log_notes(daemon.config)
     if daemon.config.metrics_address == address:
         return metrics
     try:  # bind the new address before letting go of the old one

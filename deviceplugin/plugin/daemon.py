@@ -15,6 +15,7 @@ from deviceplugin.config import DaemonConfig
 from deviceplugin.fit import keys
 from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
+from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -61,11 +62,29 @@ def choose_layout(config: DaemonConfig, gpus: tuple[GpuInfo, ...]) -> Layout:
     if isinstance(config.gpu_memory_factor, int):
         factor = config.gpu_memory_factor
     else:
-        factor = smallest_factor(resources, gpus, config.vgpu_split_count)
+        factor = smallest_factor(
+            resources,
+            gpus,
+            config.vgpu_split_count,
+            memory_scaling=config.vgpu_memory_scaling,
+            core_scaling=config.vgpu_core_scaling,
+        )
         log.info("memory factor chosen", factor=factor, mib_per_device=factor)
-    layout = Layout(factor=factor, split_count=config.vgpu_split_count)
+    layout = Layout(factor, config.vgpu_split_count, config.vgpu_memory_scaling, config.vgpu_core_scaling)
     check_layout(resources, gpus, layout)
     return layout
+
+
+def _offered(exclusion: GpuExclusion | None, gpus: tuple[GpuInfo, ...]) -> tuple[GpuInfo, ...]:
+    """The GPUs this node shares: all but those `--exclude-gpus` (HAMi's filterdevices) names."""
+    if exclusion is None:
+        return gpus
+    for entry in exclusion.unmatched(gpus):
+        log.warning("--exclude-gpus names no GPU of this node", entry=entry)
+    for gpu in gpus:
+        if exclusion.excludes(gpu):
+            log.info("gpu excluded: not advertised, registered or watched", index=gpu.index, uuid=gpu.uuid)
+    return tuple(gpu for gpu in gpus if not exclusion.excludes(gpu))
 
 
 @dataclass
@@ -100,10 +119,16 @@ class GpuSide:
                 memory_mib=gpu.memory_mib,
                 numa=gpu.numa,
             )
-        health = HealthState(tuple(gpu.uuid for gpu in inventory.gpus))
+        gpus = _offered(config.exclude_gpus, inventory.gpus)
+        if not gpus:
+            backend.close()
+            raise StartupError(
+                f"--exclude-gpus {config.exclude_gpus}: excludes every GPU of this node", EXIT_CONFIG
+            )
+        health = HealthState(tuple(gpu.uuid for gpu in gpus))
         monitor = HealthMonitor(backend, health, XidPolicy.from_env(env), config.health_recovery_period)
         monitor.start()
-        return cls(backend, inventory.gpus, health, monitor)
+        return cls(backend, gpus, health, monitor)
 
     def stop(self) -> None:
         self.monitor.stop()
@@ -204,7 +229,14 @@ def _allocator(
     }
     if devices.resource.name in (keys.VGPU_NUMBER, keys.VGPU_MEMORY):  # a memory-only container's slot
         return VgpuAllocator(
-            devices, gpu.health, kube.pods, services.ledger, kube.events, hook_path=services.hook, **options
+            devices,
+            gpu.health,
+            kube.pods,
+            services.ledger,
+            kube.events,
+            hook_path=services.hook,
+            disable_core_limit=config.vgpu_disable_core_limit,
+            **options,
         )
     return GpushareAllocator(devices, gpu.health, kube.pods, services.ledger, kube.events, **options)
 
@@ -294,7 +326,7 @@ def configure_logging(config: DaemonConfig) -> None:
 
 
 def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
-    return (config.fake_gpus, config.fake_gpu_events, config.health_recovery_period)
+    return (config.fake_gpus, config.fake_gpu_events, config.health_recovery_period, config.exclude_gpus)
 
 
 class Daemon:

@@ -43,6 +43,8 @@ from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
 
 DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
+OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"  # HAMi-core backs memory beyond the card with host memory
+CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"  # "disable": HAMi-core does not throttle to SM_LIMIT
 NODE_MODE = keys.MODE_HAMI_CORE  # the only sharing mode this plugin runs (MIG and MPS: not yet)
 
 
@@ -227,10 +229,12 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         events: EventRecorder,
         *,
         hook_path: hook.HookPath,
+        disable_core_limit: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(devices, health, pods, ledger, events, **options)
         self.hook = hook_path
+        self.disable_core_limit = disable_core_limit
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
@@ -262,12 +266,13 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 )
             self._usable(gpu, where, keys.DEVICES_TO_ALLOCATE)
             memory = device.memory * self.devices.layout.factor
-            if memory > gpu.memory_mib or device.cores > 100:
+            offered = self.devices.layout.vgpu_memory_mib(gpu)  # above the card's when oversubscribed
+            if memory > offered or device.cores > 100:
                 raise AllocateError(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "too-large",
                     f"{where}: asks for {memory} MiB and {device.cores}% of GPU {gpu.index}, "
-                    f"which has {gpu.memory_mib} MiB and 100%",
+                    f"which offers {offered} MiB and 100%",
                 )
             gpus.append(gpu)
         return Served(pod, need, tuple(gpus))
@@ -293,6 +298,10 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.memory * self.devices.layout.factor}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
         envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook.CONTAINER_CACHE_DIR}/{pod.uid}.cache"
+        if self.devices.layout.memory_scaling > 1:  # as HAMi: the upstream Volcano plugin keys it to cores
+            envs[OVERSUBSCRIBE] = "true"
+        if self.disable_core_limit:
+            envs[CORE_POLICY] = "disable"
         cache = self.hook.container_dir(pod.uid, need.name)
         mounts = [
             pb.Mount(container_path=hook.CONTAINER_LIBRARY, host_path=str(self.hook.library), read_only=True),
