@@ -17,7 +17,8 @@ from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, load_confi
 ROOT = Path(__file__).resolve().parents[2]
 DAEMONSET = ROOT / "daemonset.yaml"
 EXTENDER = ROOT / "deploy" / "extender.yaml"
-MANIFESTS = (DAEMONSET, EXTENDER)
+VGPU_CONFIG = ROOT / "deploy" / "vgpu-config.yaml"  # the HAMi vGPU plugin's ConfigMaps
+MANIFESTS = (DAEMONSET, EXTENDER, VGPU_CONFIG)
 NAMESPACE = "volcano-gpu"
 IMAGE = "ghcr.io/volcano-gpu/deviceplugin:0.1.0"
 SCHEDULER_CONFIG_MAP = "volcano-gpu-scheduler-config"
