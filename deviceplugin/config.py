@@ -205,7 +205,7 @@ OPTIONS: tuple[Option, ...] = (
         "vgpu-handshake-interval",
         "VGPU_HANDSHAKE_INTERVAL",
         _handshake_seconds,
-        "seconds between handshake answers, up to 20% less (below 60)",
+        "seconds between handshake answers, up to 20 percent less (below 60)",
     ),
     Option(
         "node-resync-interval",

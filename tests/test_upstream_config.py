@@ -427,6 +427,14 @@ def test_the_upstream_flag_names_are_accepted() -> None:
     assert (args.config, args.vgpu_core_scaling) == ("/etc/c.yaml", "2")
 
 
+def test_run_help_shows_the_upstream_flag_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    shown = capsys.readouterr().out
+    assert "--config VALUE, --config-file VALUE" in shown
+    assert "--vgpu-core-scaling VALUE, --device-cores-scaling VALUE" in shown
+
+
 def test_exclude_gpus_takes_uuids_and_indices() -> None:
     assert parse_exclusion(f"{GPU1}, 2") == GpuExclusion(frozenset({GPU1}), frozenset({2}))
     assert parse_exclusion([GPU1, 3]) == GpuExclusion(frozenset({GPU1}), frozenset({3}))
