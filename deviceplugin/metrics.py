@@ -65,7 +65,7 @@ class DaemonCollector(Collector):
             shared.add_metric(labels, used.pods if used else 0)
             memory.add_metric(labels, used.memory // factor if used else 0)
             cores.add_metric(labels, used.cores if used else 0)
-            limit.add_metric(labels, gpu.memory_mib // factor)  # as node-vgpu-register says
+            limit.add_metric(labels, self.daemon.layout.vgpu_memory_units(gpu))  # as registered
         # podNamespace beyond Volcano's labels: two pods of one name would be one series otherwise
         per_pod = [*device, "podName", "podNamespace"]
         pod_memory = GaugeMetricFamily(
