@@ -146,6 +146,21 @@ class PodGpuUsage:
 Key = tuple[str, str, str]  # (pod UID, container, resource): one allocation
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A live row that kubelet's records give to another container: its key, and its true owner."""
+
+    key: Key
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    container: str
+
+    @property
+    def new_key(self) -> Key:
+        return (self.pod_uid, self.container, self.key[2])
+
+
 def device_key(device_ids: Iterable[str]) -> str:
     return ",".join(sorted(device_ids))
 
@@ -224,35 +239,77 @@ class Ledger:
         now = self._clock()
         key = (allocation.pod_uid, allocation.container, allocation.resource)
         devices = device_key(allocation.device_ids)
-        gpus = [
-            (*key, position, g.uuid, g.index, g.memory, g.cores) for position, g in enumerate(allocation.gpus)
-        ]
         with self._lock:  # held past the commit, so the in-memory set follows committed rows only
             with self._transaction() as db:
                 existing = self._get(db, *key) if key in self._live else None
                 if existing is not None:
                     return existing
-                db.execute(
-                    "DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", key
-                )
-                db.execute(
-                    "INSERT INTO allocations (pod_uid, container, resource, namespace, pod_name,"
-                    " device_key, device_ids, response, state, allocated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'allocated', ?)",
-                    (
-                        *key,
-                        allocation.namespace,
-                        allocation.pod_name,
-                        devices,
-                        json.dumps(list(allocation.device_ids)),
-                        allocation.response,
-                        now,
-                    ),
-                )
-                db.executemany("INSERT INTO allocation_gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus)
+                self._insert(db, dataclasses.replace(allocation, allocated_at=now))
                 self._enqueue(db, patches, now)
             self._remember(key, devices)
         return dataclasses.replace(allocation, allocated_at=now)
+
+    def _insert(self, db: sqlite3.Connection, allocation: Allocation) -> None:
+        """Write a live row (replacing a released one with its key)."""
+        key = (allocation.pod_uid, allocation.container, allocation.resource)
+        db.execute("DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", key)
+        db.execute(
+            "INSERT INTO allocations (pod_uid, container, resource, namespace, pod_name,"
+            " device_key, device_ids, response, state, allocated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'allocated', ?)",
+            (
+                *key,
+                allocation.namespace,
+                allocation.pod_name,
+                device_key(allocation.device_ids),
+                json.dumps(list(allocation.device_ids)),
+                allocation.response,
+                allocation.allocated_at,
+            ),
+        )
+        db.executemany(
+            "INSERT INTO allocation_gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(*key, n, g.uuid, g.index, g.memory, g.cores) for n, g in enumerate(allocation.gpus)],
+        )
+
+    def reassign(self, moves: Iterable[Move], patches: Iterable[Patch] = ()) -> None:
+        """Give live rows to the containers that really hold them, atomically with `patches`.
+        Every key a move takes must be free or left by another move (a swap of two rows is one
+        call), else ValueError and nothing changes."""
+        moves = list(moves)
+        with self._lock:
+            leaving = {move.key for move in moves}
+            taken = [move.new_key for move in moves]
+            if (
+                len(leaving) != len(moves)
+                or len(set(taken)) != len(taken)
+                or any(key in self._live and key not in leaving for key in taken)
+                or not leaving <= self._live.keys()
+            ):
+                raise ValueError(f"moves {moves}: each must move one live row to a key nothing else holds")
+            with self._transaction() as db:
+                before = [self._get(db, *move.key) for move in moves]
+                rows = [row for row in before if row is not None]
+                db.executemany(
+                    "DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", leaving
+                )
+                for move, row in zip(moves, rows, strict=True):
+                    self._insert(
+                        db,
+                        dataclasses.replace(
+                            row,
+                            pod_uid=move.pod_uid,
+                            namespace=move.namespace,
+                            pod_name=move.pod_name,
+                            container=move.container,
+                        ),
+                    )
+                self._enqueue(db, patches, self._clock())
+            devices = {key: self._live.pop(key) for key in leaving}
+            for move in moves:
+                self._remember(move.new_key, devices[move.key])
+        for move in moves:
+            log.info("ledger reassigned", row=move.key, to=move.new_key)
 
     def _get(self, db: sqlite3.Connection, pod_uid: str, container: str, resource: str) -> Allocation | None:
         row = db.execute(

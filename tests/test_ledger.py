@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.ledger import SCHEMA_VERSION, Allocation, GpuShare, Ledger, LedgerError, Patch
+from deviceplugin.ledger import SCHEMA_VERSION, Allocation, GpuShare, Ledger, LedgerError, Move, Patch
 
 
 def allocation(
@@ -75,6 +75,48 @@ def test_released_container_can_be_served_again(ledger: Ledger) -> None:
     assert [a.device_ids for a in ledger.active()] == [("0-9",)]
     assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-1", "0-2"]) is None
     assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-9"]) == fresh
+
+
+def test_reassign_swaps_two_rows_with_their_patches_atomically(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    a = ledger.record(allocation("a", ids=("0-1",), memory=1024))
+    b = ledger.record(allocation("b", ids=("1-1",), memory=2048))
+    memory = "volcano.sh/gpu-memory"
+    fix = Patch("pod", "ml", "pod-a", {"volcano.sh/gpu-index": "1"})
+    ledger.reassign(
+        [
+            Move(("a", "main", memory), "b", "ml", "pod-b", "main"),
+            Move(("b", "main", memory), "a", "ml", "pod-a", "main"),
+        ],
+        [fix],
+    )
+    ledger.close()
+    reopened = Ledger(tmp_path / "ledger.db")
+    assert reopened.find_by_devices(memory, ["0-1"]) == Allocation(
+        "b", "ml", "pod-b", "main", memory, a.gpus, a.device_ids, a.response, a.allocated_at
+    )
+    assert reopened.find_by_devices(memory, ["1-1"]) == Allocation(
+        "a", "ml", "pod-a", "main", memory, b.gpus, b.device_ids, b.response, b.allocated_at
+    )
+    assert reopened.served() == {("a", "main", memory), ("b", "main", memory)}
+    assert {(u.pod_name, u.memory) for u in reopened.usage_by_pod()} == {("pod-a", 2048), ("pod-b", 1024)}
+    assert [entry.patch for entry in reopened.due()] == [fix]
+
+
+def test_reassign_takes_a_released_key_but_never_a_live_one(ledger: Ledger) -> None:
+    memory = "volcano.sh/gpu-memory"
+    ledger.record(allocation("a", ids=("0-1",)))
+    ledger.record(allocation("b", ids=("1-1",)))
+    with pytest.raises(ValueError, match="each must move one live row"):
+        ledger.reassign(
+            [Move(("a", "main", memory), "b", "ml", "pod-b", "main")], [Patch("pod", "ml", "x", {})]
+        )
+    assert ledger.get("a", "main", memory) is not None and ledger.outbox_size() == 0
+    ledger.release_pod("b", "pod deleted")
+    ledger.reassign([Move(("a", "main", memory), "b", "ml", "pod-b", "main")])
+    moved = ledger.find_by_devices(memory, ["0-1"])
+    assert moved is not None and (moved.pod_uid, moved.pod_name) == ("b", "pod-b")
+    assert ledger.served() == {("b", "main", memory)}
 
 
 def test_purge_drops_old_released_rows(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """What every strategy's Allocate shares (SPEC §3.3): resolve the pod from the node's pod cache
-(see `pending`), check kubelet's device IDs, record the answer in the ledger before it is sent
-with the patches it calls for queued in the ledger's outbox (no API request while serving), and
-turn every failure into a gRPC error naming the pod, the container and the problem, plus a
-Kubernetes Event. `plugin.gpushare` and `plugin.vgpu` supply the placement and the response.
+(see `pending`; among pods asking the same count, `identify`), check kubelet's device IDs,
+record the answer in the ledger before it is sent with the patches it calls for queued in the
+ledger's outbox (no API request while serving), and turn every failure into a gRPC error naming
+the pod, the container and the problem, plus a Kubernetes Event. `plugin.gpushare` and
+`plugin.vgpu` supply the placement, the response and what the scheduler books. `reconcile`
+corrects, from kubelet's pod-resources records, a pod served as another (`swaps`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, Protocol
 
 import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.fit import objects
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -26,7 +30,10 @@ from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
-from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods
+from deviceplugin.plugin.identify import Identifier
+from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods, pod_identity
+from deviceplugin.plugin.podresources import Listing, listable
+from deviceplugin.plugin.swaps import apply_moves, correction_patches, describe, plan_moves, replaced
 
 log = get_log(__name__)
 
@@ -52,12 +59,15 @@ LatencyObserver = Callable[[str, str, float], None]
 @dataclass
 class AllocationStats:
     """What the metrics endpoint exports: outcomes per resource, failures per reason, how often
-    kubelet's device IDs were not on the GPUs the scheduler chose, and each call's latency (to
-    the observers: the metrics module keeps the histogram)."""
+    kubelet's device IDs were not on the GPUs the scheduler chose, what told apart pods asking
+    the same count (resource, signal), containers found served as another pod and corrected, and
+    each call's latency (to the observers: the metrics module keeps the histogram)."""
 
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
     mismatches: Counter[str] = field(default_factory=Counter)
+    resolved: Counter[tuple[str, str]] = field(default_factory=Counter)
+    swaps: Counter[str] = field(default_factory=Counter)
     observers: list[LatencyObserver] = field(default_factory=list)
 
     def record(self, resource: str, outcome: str, seconds: float) -> None:
@@ -134,12 +144,18 @@ class Served:
     gpus: tuple[GpuInfo, ...]
 
 
+def _finished(pod: Obj | None) -> bool:
+    """Gone, terminal or terminating: kubelet will call no Allocate for it."""
+    return pod is None or objects.is_terminal(pod) or objects.is_terminating(pod)
+
+
 class PodAllocator(Generic[P]):
     """Serves one resource whose Allocate is matched to a pod. Subclasses say where the pod's
-    GPUs are (`_placement`), what the container gets (`_response`, `_shares`) and which patches
-    follow (`_patches`, `_failure_patches`)."""
+    GPUs are (`_placement`), what the container gets (`_response`, `_shares`), which patches
+    follow (`_patches`, `_failure_patches`) and what the scheduler books for a pod (`_booking`)."""
 
     lock_key = ""  # the scheduler's node lock annotation, released after a pod and on failure
+    pod_specific = False  # responses name the pod: same-placement candidates still differ
 
     def __init__(
         self,
@@ -154,6 +170,7 @@ class PodAllocator(Generic[P]):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         stats: AllocationStats | None = None,
         on_outbox: Callable[[], None] = lambda: None,
+        pod_resources: Path | None = None,
     ) -> None:
         self.devices = devices
         self.resource = devices.resource.name
@@ -168,6 +185,11 @@ class PodAllocator(Generic[P]):
         self.on_outbox = on_outbox  # patches were queued: the outbox worker can send them now
         self.pending: PendingPods[P] = PendingPods(self._read_pod)
         self.pending.follow(pods)
+        self.identifier = Identifier(self.resource, pod_resources, self.stats.resolved)
+        # Rows kubelet's records have yet to confirm: those recorded when the pod could not be told
+        # apart from another, and every later one while any is left (the next pod asking the same
+        # count may be the one the first was taken for). Rows from before a restart are checked once.
+        self._unverified = frozenset(key for key in ledger.served() if key[2] == self.resource)
         self._by_index = {gpu.index: gpu for gpu in devices.gpus}
         self._lock = threading.Lock()  # one resolution at a time: no pod is served twice
 
@@ -197,19 +219,24 @@ class PodAllocator(Generic[P]):
         """What a request of `units` devices asks for, in words."""
         return f"{units} {self.resource}"
 
+    def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> Mapping[str, str] | None:
+        """The annotations the scheduler books `pod` by, as `rows` (the pod's live rows, every
+        resource) say it is served; None when that cannot be told yet."""
+        return None
+
     # --- shared parts ---------------------------------------------------------------------------
 
     def _unlock(self) -> Patch:
         return Patch("node", "", self.node_name, {self.lock_key: None})
 
-    def _resolve(self, units: int, served: frozenset[Key], deadline: float) -> tuple[P, ContainerNeed]:
-        """The pod and container this request is for, waiting (bounded) for the cache."""
-        match = self.pending.first(served, units)
-        if match is None:
+    def _resolve(self, units: int, served: frozenset[Key], deadline: float) -> tuple[P, ContainerNeed, bool]:
+        """The pod and container this request is for, waiting (bounded) for the cache, and
+        whether it was the only candidate or kubelet's records told it."""
+        if not self.pending.first(served, units):
             self.pods.wait_until(
                 lambda _: self.pending.first(served, units) is not None, max(0.0, deadline - time.monotonic())
             )
-            match = self.pending.first(served, units)
+        match = self._identify(units, served, deadline, keep=False)
         if match is not None:
             return match
         what = self._asking(units)
@@ -226,6 +253,26 @@ class PodAllocator(Generic[P]):
             f"node {self.node_name}: no pod bound here has a container waiting for {what} "
             f"(waited {self.timeout_s:g}s; {len(self.pods.pods())} pod(s) on the node)",
         )
+
+    def _identify(
+        self, units: int, served: frozenset[Key], deadline: float, *, keep: bool
+    ) -> tuple[P, ContainerNeed, bool] | None:
+        """The candidate kubelet is admitting among those asking `units` (`identify`)."""
+        candidates = self.pending.matching(served, units)
+        if not candidates:
+            return None
+        distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need, _ in candidates}) > 1
+        (pod, need, _), sure = self.identifier.pick(
+            candidates, served, deadline, distinct=distinct, keep=keep
+        )
+        return pod, need, sure
+
+    def _outcome(self, pod: P, need: ContainerNeed) -> object:
+        """What serving the need hands out, to tell candidates apart (a refusal is its own)."""
+        try:
+            return self._shares(self._placement(pod, need, ()))
+        except AllocateError:
+            return pod.uid
 
     def _usable(self, gpu: GpuInfo, where: str, named: str) -> GpuInfo:
         """`gpu` if healthy; `named` says how the pod named it."""
@@ -279,7 +326,7 @@ class PodAllocator(Generic[P]):
             if repeat is not None:
                 return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
             served_keys = self.ledger.served()  # unchanged while the lock is held
-            pod, need = self._resolve(len(device_ids), served_keys, deadline)
+            pod, need, sure = self._resolve(len(device_ids), served_keys, deadline)
             try:
                 served = self._placement(pod, need, kubelet_gpus)
             except AllocateError as err:
@@ -303,6 +350,8 @@ class PodAllocator(Generic[P]):
                 ),
                 patches,
             )
+            if not sure or self._unverified:
+                self._unverified |= {(pod.uid, need.name, self.resource)}
         if patches:
             self.on_outbox()
         self._note_mismatch(served, kubelet_gpus)
@@ -329,11 +378,60 @@ class PodAllocator(Generic[P]):
         Best effort: never an error (kubelet falls back to its own choice on a short answer)."""
         wanted: tuple[str, ...] = ()
         with self._lock:
-            found = self.pending.first(self.ledger.served(), request.allocation_size)
+            deadline = time.monotonic() + self.timeout_s
+            found = self._identify(request.allocation_size, self.ledger.served(), deadline, keep=True)
         if found:
-            pod, need = found
+            pod, need, _ = found
             with contextlib.suppress(AllocateError):  # Allocate will report it
                 wanted = self.devices.id_prefixes(gpu.index for gpu in self._placement(pod, need, ()).gpus)
         available = request.available_deviceIDs  # 160,000 IDs and more in share mode
         on_wanted = [device_id for device_id in available if device_id.startswith(wanted)] if wanted else []
         return kubelet_choice(request, on_wanted)
+
+    # --- detection and correction ---------------------------------------------------------------
+
+    def unverified(self) -> frozenset[Key]:
+        """Rows that may be held by another container than the ledger says (lock-free: the
+        release loop asks from the pod cache's thread, which an Allocate may be waiting on)."""
+        return self._unverified
+
+    def reconcile(self, listing: Listing) -> int:
+        """Checks the rows kubelet's records have yet to confirm (nothing to do when none): a row
+        whose device IDs kubelet lists under another container goes to that container (`swaps`);
+        what the scheduler books for the pods involved is corrected through the outbox, and each
+        pod whose container got another pod's placement gets an Event and is counted. Returns the
+        rows moved."""
+        with self._lock:
+            if not self._unverified:
+                return 0
+            rows = self.ledger.active()
+            mine = {(r.pod_uid, r.container, r.resource): r for r in rows if r.resource == self.resource}
+            pods = {objects.uid(pod): pod for pod in self.pods.pods()}
+            uids = {pod_identity(pod)[1:3]: uid for uid, pod in pods.items()}
+            plan = plan_moves(
+                (mine[key] for key in self._unverified if key in mine),
+                mine.keys(),
+                listing,
+                lambda namespace, name: uids.get((namespace, name)),
+                lambda uid: _finished(pods.get(uid)),
+            )
+            self._unverified = frozenset(
+                key
+                for key in self._unverified
+                if key in mine and key not in plan.confirmed and listable(pods.get(key[0]) or {}, key[1])
+            )
+            if not plan.moves:
+                return 0
+            after = apply_moves(rows, plan.moves)
+            patches = correction_patches(after, plan.moves, pods, self._booking)
+            self.ledger.reassign(plan.moves, patches)
+            self._unverified -= {key for move in plan.moves for key in (move.key, move.new_key)}
+        if patches:
+            self.on_outbox()
+        for move, row in replaced(rows, plan.moves):
+            self.stats.swaps[self.resource] += 1
+            message = describe(move, row, patches)
+            log.warning("served as another pod", pod=f"{move.namespace}/{move.pod_name}", detail=message)
+            about = Involved("Pod", move.pod_name, move.namespace, move.pod_uid)
+            self.events.warning(about, "GpuAllocationSwapped", message)
+        return len(plan.moves)

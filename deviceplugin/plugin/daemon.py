@@ -23,7 +23,7 @@ from deviceplugin.kube.handshake import Handshake
 from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, LedgerError
-from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator
+from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator, PodAllocator
 from deviceplugin.plugin.devices import (
     RESOURCES,
     DeviceList,
@@ -226,9 +226,11 @@ def _allocator(
         "timeout_s": config.allocate_timeout,
         "stats": services.stats,
         "on_outbox": kube.outbox.wake,
+        "pod_resources": config.pod_resources_socket,  # tells apart pods asking the same count
     }
+    allocator: PodAllocator[Any]
     if devices.resource.name in (keys.VGPU_NUMBER, keys.VGPU_MEMORY):  # a memory-only container's slot
-        return VgpuAllocator(
+        allocator = VgpuAllocator(
             devices,
             gpu.health,
             kube.pods,
@@ -238,7 +240,11 @@ def _allocator(
             disable_core_limit=config.vgpu_disable_core_limit,
             **options,
         )
-    return GpushareAllocator(devices, gpu.health, kube.pods, services.ledger, kube.events, **options)
+    else:
+        allocator = GpushareAllocator(devices, gpu.health, kube.pods, services.ledger, kube.events, **options)
+    if services.releaser is not None:  # kubelet's records correct a pod served as another
+        services.releaser.add_reconciler(allocator)
+    return allocator
 
 
 def _service(

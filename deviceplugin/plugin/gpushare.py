@@ -13,10 +13,10 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
-from deviceplugin.fit.codec import parse_gpu_index
+from deviceplugin.fit.codec import format_gpu_index, parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.gpu.base import GpuInfo
-from deviceplugin.ledger import GpuShare, Key, Patch
+from deviceplugin.ledger import Allocation, GpuShare, Key, Patch
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
 from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
 
@@ -182,3 +182,20 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             return []
         # Volcano's node lock, if it took one
         return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}), self._unlock()]
+
+    def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:
+        """`gpu-index` as the rows serve the pod (app containers' GPUs in order, then init
+        containers'), with `gpu-assigned`, once every container asking for the resource is."""
+        served = {row.container: row for row in rows if row.resource == self.resource}
+        try:
+            asking = [
+                objects.container_name(container)
+                for container in (*objects.containers(pod), *objects.init_containers(pod))
+                if whole_units(container, self.resource)
+            ]
+        except FitInputError:
+            return None
+        if not asking or any(name not in served for name in asking):
+            return None
+        indices = dict.fromkeys(gpu.index for name in asking for gpu in served[name].gpus)
+        return {keys.GPU_INDEX: format_gpu_index(indices), keys.GPU_ASSIGNED: "true"} if indices else None

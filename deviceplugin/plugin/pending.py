@@ -3,10 +3,17 @@ the pod is resolved from the pods bound to this node, the scheduler's annotation
 
 For a request of N units of a resource the candidates are the pods bound here that the scheduler
 has not seen served yet, whose *next* container for the resource (skipping what the ledger has
-served) asks for exactly N. Each strategy reads its own annotations into a `PendingPod` with a
-serving `rank` (`plugin.gpushare`, `plugin.vgpu`); this module keeps those pods in rank order,
+served) asks for exactly N. Each strategy reads its own annotations into a `PendingPod` with its
+own `rank` (`plugin.gpushare`, `plugin.vgpu`); this module keeps those pods in serving order,
 parsed once per change as the pod cache reports it, so resolving with hundreds of pods on the
 node stays cheap.
+
+Serving order is kubelet's admission order as far as this node can see it. Kubelet admits the pods
+its watch of `spec.nodeName=<node>` delivers one at a time, in the order they became bound; a batch
+(its first list after a restart) goes in creation-time order. The daemon's own watch delivers the
+same bindings in the same order, so each pod is ranked by when it first appeared there: pods seen
+in one list (the daemon's start, a relist) form one group, ordered by creation time; then the
+strategy's rank (scheduler time, UID) breaks ties.
 """
 
 from __future__ import annotations
@@ -28,7 +35,6 @@ from deviceplugin.logs import get_log
 log = get_log(__name__)
 
 Obj = Mapping[str, object]
-RANK = operator.attrgetter("rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,23 @@ def pod_identity(pod: Obj) -> tuple[str, str, str, str]:
 P = TypeVar("P", bound=PendingPod)
 
 
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[P]):
+    """A candidate in serving order, with the pod object it was read from."""
+
+    order: tuple[int, str]  # (arrival group, creation time)
+    pod: P
+    obj: Obj
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (*self.order, self.pod.rank)
+
+
+Match = tuple[P, ContainerNeed]
+KEY = operator.attrgetter("key")
+
+
 class PendingPods(Generic[P]):
     """The pods that may still need the resource, in serving order, kept from the pod cache's
     events: resolution walks only the candidates, from the earliest, instead of every pod."""
@@ -99,8 +122,11 @@ class PendingPods(Generic[P]):
     def __init__(self, parse: Callable[[Obj], P | None]) -> None:
         self._read = parse  # None: not a candidate (served, finished, asks for nothing here)
         self._lock = threading.Lock()
-        self._by_uid: dict[str, P] = {}
-        self._ordered: list[P] = []  # the values of _by_uid, sorted by rank
+        self._by_uid: dict[str, Entry[P]] = {}
+        self._ordered: list[Entry[P]] = []  # the values of _by_uid, sorted by key
+        self._arrival: dict[str, int] = {}  # UID -> arrival group, for every pod on the node
+        self._group = 0
+        self._listing = True  # the last new pod came from a list, not a watch event
 
     def follow(self, cache: PodCache) -> None:
         """Start from the cache's pods and follow its changes (the cache calls its listeners
@@ -108,12 +134,14 @@ class PendingPods(Generic[P]):
         cache.add_listener(self.on_pod)
         with self._lock:  # an event racing this start-up waits, then lands on top
             for pod in cache.pods():
-                self._update(objects.uid(pod), self._parse(pod))
+                self._update(objects.uid(pod), self._parse(pod), pod, listed=True)
 
     def on_pod(self, kind: str, pod: Obj) -> None:
-        parsed = None if kind == "DELETED" else self._parse(pod)
+        """A watch event, or (`MODIFIED` of a pod never seen) an object of a list."""
+        gone = kind == "DELETED"
+        parsed = None if gone else self._parse(pod)
         with self._lock:
-            self._update(objects.uid(pod), parsed)
+            self._update(objects.uid(pod), parsed, pod, listed=None if gone else kind != "ADDED")
 
     def _parse(self, pod: Obj) -> P | None:
         try:
@@ -123,20 +151,47 @@ class PendingPods(Generic[P]):
             return None
         return parsed if parsed is not None and parsed.needs else None
 
-    def _update(self, uid: str, parsed: P | None) -> None:
+    def _arrived(self, uid: str, listed: bool) -> int:
+        """The pod's arrival group: a new one per pod a watch brings (its binding), one shared by
+        the new pods of a list (whose binding order cannot be told)."""
+        group = self._arrival.get(uid)
+        if group is None:
+            if not listed or not self._listing:
+                self._group += 1
+            self._listing = listed
+            group = self._arrival[uid] = self._group
+        return group
+
+    def _update(self, uid: str, parsed: P | None, pod: Obj, *, listed: bool | None) -> None:
+        """`listed`: the pod came in a list (True) or a watch event (False); None: it is gone."""
         old = self._by_uid.pop(uid, None)
         if old is not None:
-            del self._ordered[bisect.bisect_left(self._ordered, old.rank, key=RANK)]
+            del self._ordered[bisect.bisect_left(self._ordered, old.key, key=KEY)]
+        if listed is None:
+            self._arrival.pop(uid, None)
+            return
+        group = self._arrived(uid, listed)  # every pod, so one that turns into a candidate keeps it
         if parsed is not None:
-            self._by_uid[uid] = parsed
-            bisect.insort(self._ordered, parsed, key=RANK)
+            entry = Entry((group, pod_identity(pod)[3]), parsed, pod)
+            self._by_uid[uid] = entry
+            bisect.insort(self._ordered, entry, key=KEY)
 
-    def first(self, served: frozenset[Key], units: int) -> tuple[P, ContainerNeed] | None:
-        """The earliest candidate (`PendingPod.rank`) whose next container for the resource asks
-        for `units`."""
+    def matching(self, served: frozenset[Key], units: int) -> list[tuple[P, ContainerNeed, Obj]]:
+        """Every candidate whose next container for the resource asks for `units`, earliest
+        first, with the pod object it was read from."""
+        found = []
         with self._lock:
-            for pod in self._ordered:
-                need = pod.next_need(served)
+            for entry in self._ordered:
+                need = entry.pod.next_need(served)
                 if need is not None and need.units == units:
-                    return pod, need
+                    found.append((entry.pod, need, entry.obj))
+        return found
+
+    def first(self, served: frozenset[Key], units: int) -> Match[P] | None:
+        """The earliest candidate whose next container for the resource asks for `units`."""
+        with self._lock:
+            for entry in self._ordered:
+                need = entry.pod.next_need(served)
+                if need is not None and need.units == units:
+                    return entry.pod, need
         return None

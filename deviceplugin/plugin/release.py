@@ -1,41 +1,49 @@
-"""Frees ledger allocations of pods that are gone (SPEC §4).
+"""Frees ledger allocations of pods that are gone, and checks the ledger against kubelet (SPEC §4).
 
-Three signals: the pod cache reports a pod deleted or finished (at once); after the cache has
-synced, ledger rows of pods it does not hold (deleted while the daemon was down); and kubelet's
-pod-resources `List`, polled every `interval_s` (a tenth of a request per second, far below
-kubelet's 100 QPS limit): a container absent from it for `grace_s` is released.
+Three signals free rows: the pod cache reports a pod deleted or finished (at once); after the
+cache has synced, ledger rows of pods it does not hold (deleted while the daemon was down); and
+kubelet's pod-resources `List`, polled every `interval_s` (a tenth of a request per second, far
+below kubelet's 100 QPS limit): a row neither whose container nor whose device IDs it shows for
+`grace_s` is released. The same `List` answer first goes to the reconcilers (`add_reconciler`),
+which give rows kubelet's records show under another container to that container
+(`PodAllocator.reconcile`); while a pod has a row they have yet to confirm, only that `List`
+check releases it (its devices may be another pod's container's).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
-from deviceplugin.api import podresources_grpc
-from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.fit import objects
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import Ledger
+from deviceplugin.ledger import Allocation, Key, Ledger
 from deviceplugin.logs import get_log
+from deviceplugin.plugin.podresources import Listing, listable, read_listing
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
 LIST_TIMEOUT_S = 10.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
-def list_containers(socket: Path) -> set[tuple[str, str, str]]:
-    """(namespace, pod name, container) of everything kubelet has admitted, from pod-resources."""
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    with grpc.insecure_channel(f"unix://{socket}", options=options) as channel:
-        stub = podresources_grpc.PodResourcesListerStub(channel)
-        listed = stub.List(pr.ListPodResourcesRequest(), timeout=LIST_TIMEOUT_S)
-    return {(p.namespace, p.name, c.name) for p in listed.pod_resources for c in p.containers}
+class Reconciler(Protocol):
+    def reconcile(self, listing: Listing) -> int: ...
+
+    def unverified(self) -> Set[Key]: ...
+
+
+def held(allocation: Allocation, listing: Listing) -> bool:
+    """Kubelet still lists the row's container, or a container holding its device IDs (a row
+    recorded under another pod's name keeps its devices until that is corrected)."""
+    return listing.lists(allocation.namespace, allocation.pod_name, allocation.container) or any(
+        listing.holder(allocation.resource, device) for device in allocation.device_ids[:1]
+    )
 
 
 class Releaser:
@@ -59,11 +67,16 @@ class Releaser:
         self.on_released = on_released  # a pod's rows were released: free what it held on the host
         self._absent_since: dict[tuple[str, str, str], float] = {}
         self._warned = False
+        self._reconcilers: list[Reconciler] = []
         self._worker = Worker("release", self._run)
         if pods is not None:
             pods.add_listener(self.on_pod)
 
-    def _release(self, pod_uid: str, reason: str) -> None:
+    def _release(self, pod_uid: str, reason: str, *, listed: bool = False) -> None:
+        """`listed`: kubelet's records show nobody holds the rows' devices."""
+        if not listed and any(key[0] == pod_uid for r in self._reconcilers for key in r.unverified()):
+            log.info("release left to the pod-resources check", pod_uid=pod_uid, reason=reason)
+            return
         if self.ledger.release_pod(pod_uid, reason):
             self.on_released(pod_uid)
 
@@ -81,10 +94,14 @@ class Releaser:
         for uid in {allocation.pod_uid for allocation in self.ledger.active()} - present:
             self._release(uid, "pod no longer on the node")
 
-    def release_unlisted(self) -> None:
-        """Rows whose container kubelet has not listed for the whole grace period."""
+    def add_reconciler(self, reconciler: Reconciler) -> None:
+        """Hand every `List` answer to `reconciler` as well (from the release thread)."""
+        self._reconcilers.append(reconciler)
+
+    def check_with_kubelet(self) -> None:
+        """One `List`: the reconcilers, then the release of rows kubelet no longer shows."""
         try:
-            listed = list_containers(self.pod_resources)
+            listing = read_listing(self.pod_resources, LIST_TIMEOUT_S)
         except grpc.RpcError as err:
             if not self._warned:
                 log.warning(
@@ -93,17 +110,26 @@ class Releaser:
                 self._warned = True
             return
         self._warned = False
+        for reconciler in self._reconcilers:
+            reconciler.reconcile(listing)
+        self.release_unlisted(listing)
+
+    def release_unlisted(self, listing: Listing) -> None:
+        """Rows kubelet has not shown (`held`) for the whole grace period. A run-to-completion
+        init container is never listed: its rows go with its pod."""
         now = self.clock()
         live = set()
         for allocation in self.ledger.active():
             key = (allocation.namespace, allocation.pod_name, allocation.container)
             live.add(key)
-            if key in listed:
+            pod = self.pods.get(allocation.pod_uid) if self.pods is not None else None
+            if held(allocation, listing) or (pod is not None and not listable(pod, allocation.container)):
                 self._absent_since.pop(key, None)
                 continue
             since = self._absent_since.setdefault(key, now)
             if now - since >= self.grace_s:
-                self._release(allocation.pod_uid, f"container {allocation.container} not in pod-resources")
+                reason = f"container {allocation.container} not in pod-resources"
+                self._release(allocation.pod_uid, reason, listed=True)
         self._absent_since = {key: since for key, since in self._absent_since.items() if key in live}
 
     def start(self) -> None:
@@ -115,5 +141,5 @@ class Releaser:
     def _run(self) -> None:
         while not self._worker.stopping.wait(self.interval_s):
             self.release_missing_pods()
-            self.release_unlisted()
+            self.check_with_kubelet()
             self.ledger.purge()

@@ -36,7 +36,7 @@ from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import GpuShare, Key, Ledger, Patch
+from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.plugin import hook
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
 from deviceplugin.plugin.devices import DeviceList
@@ -219,6 +219,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
     """
 
     lock_key = keys.VGPU_LOCK
+    pod_specific = True  # HAMi-core's cache directory and file are the pod's
 
     def __init__(
         self,
@@ -344,3 +345,35 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             return [self._unlock()]
         failed = Patch("pod", pod.namespace, pod.name, {keys.BIND_PHASE: keys.BIND_PHASE_FAILED})
         return [failed, self._unlock()]
+
+    def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:
+        """`vgpu-ids-new` (what Volcano books) and `devices-to-allocate`: each slot from the row
+        that served its container, or as written while the container waits; `bind-phase:
+        success` once every slot is served."""
+        try:
+            owners = vgpu_slot_owners(pod)
+            written = decode_pod_devices(objects.annotations_of(pod).get(keys.VGPU_IDS_NEW, ""))
+        except FitInputError:
+            return None
+        if not owners or len(written) != len(owners):
+            return None
+        serving = {row.container: row for row in rows if row.gpus}
+        factor = self.devices.layout.factor
+        booked: list[Sequence[Assigned]] = []
+        waiting: list[Sequence[Assigned]] = []
+        for owner, slot in zip(owners, written, strict=True):
+            row = serving.get(owner.name)
+            if row is None:
+                booked.append(slot)
+                waiting.append(slot)
+                continue
+            nvidia = keys.REQUEST_TYPE_NVIDIA
+            booked.append([Assigned(g.uuid, None, nvidia, g.memory // factor, g.cores) for g in row.gpus])
+            waiting.append([])
+        annotations = {
+            keys.VGPU_IDS_NEW: encode_pod_devices(booked),
+            keys.DEVICES_TO_ALLOCATE: encode_pod_devices(waiting),
+        }
+        if not any(waiting):
+            annotations[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
+        return annotations

@@ -54,29 +54,29 @@ def test_index_strategy(share: Rig) -> None:
 # --- resolution ----------------------------------------------------------------------------
 
 
-def test_earliest_predicate_time_first_then_creation_then_uid(share: Rig) -> None:
-    share.pod("late", [("cuda", 100)], predicate_time=300, gpu_index="1")
-    share.pod("early", [("cuda", 100)], predicate_time=100, gpu_index="0")
-    share.pod("unscheduled-time", [("cuda", 100)], predicate_time=None, gpu_index="2")
-    order = [share.ledger.find_by_devices(MEM, d) for d in (ids(0, 0, 100), ids(1, 0, 100), ids(2, 0, 100))]
-    assert order == [None, None, None]
-    served = []
-    for gpu in range(3):
-        share.allocator.allocate(ids(gpu, 0, 100))
-        served.append(share.ledger.find_by_devices(MEM, ids(gpu, 0, 100)))
-    assert [a.pod_name for a in served if a] == ["early", "late", "unscheduled-time"]
+def test_pods_are_served_in_the_order_they_were_bound_not_by_predicate_time(share: Rig) -> None:
+    """Kubelet admits pods in the order its watch brings their binding; the daemon's watch brings
+    them in the same order, whatever `predicate-time` says (Volcano binds asynchronously)."""
+    share.pod("bound-first", [("cuda", 100)], predicate_time=300, gpu_index="1")
+    share.pod("bound-second", [("cuda", 100)], predicate_time=100, gpu_index="0")
+    share.pod("bound-third", [("cuda", 100)], predicate_time=None, gpu_index="2")
+    served = [envs(share.allocator.allocate(ids(gpu, 0, 100)))["NVIDIA_VISIBLE_DEVICES"] for gpu in (1, 0, 2)]
+    assert served == ["GPU-111", "GPU-000", "GPU-222"]
+    assert sorted((a.pod_name, a.gpus[0].index) for a in share.ledger.active()) == [
+        ("bound-first", 1),
+        ("bound-second", 0),
+        ("bound-third", 2),
+    ]
+    assert share.allocator.stats.mismatches[MEM] == 0
+    assert share.allocator.stats.resolved[(MEM, "arrival")] == 2  # no pod-resources socket here
 
 
-def test_same_size_pods_admitted_out_of_order_keep_every_gpu_promise(share: Rig) -> None:
-    """Allocate carries no pod identity: whichever pod kubelet admits first receives the earliest
-    scheduled placement. The GPUs handed out are exactly the scheduled ones, one pod each."""
-    share.pod("b-scheduled-second", [("cuda", 512)], predicate_time=20, gpu_index="1")
-    share.pod("a-scheduled-first", [("cuda", 512)], predicate_time=10, gpu_index="0")
-    first = envs(share.allocator.allocate(ids(1, 0, 512)))  # kubelet admits b first
-    second = envs(share.allocator.allocate(ids(0, 0, 512)))
-    assert [first["NVIDIA_VISIBLE_DEVICES"], second["NVIDIA_VISIBLE_DEVICES"]] == ["GPU-000", "GPU-111"]
-    assert sorted((u.index, u.memory) for u in share.ledger.usage_by_gpu()) == [(0, 512), (1, 512)]
-    assert share.allocator.stats.mismatches[MEM] == 2  # and the swap is visible
+def test_replicas_on_one_gpu_need_no_identification(share: Rig) -> None:
+    for n in range(3):
+        share.pod(f"replica-{n}", [("cuda", 256)], predicate_time=n, gpu_index="0")
+    for n in range(3):
+        assert envs(share.allocator.allocate(ids(0, 256 * n, 256)))["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+    assert share.allocator.stats.resolved == {(MEM, "same-placement"): 2}
 
 
 def test_multi_container_pod_is_assigned_after_its_last_gpu_container(share: Rig) -> None:

@@ -186,11 +186,13 @@ def test_cuda_disable_control_skips_the_preload_only(vgpu: Rig) -> None:
     assert "/usr/local/vgpu/libvgpu.so" in paths
 
 
-def test_earliest_vgpu_time_is_served_first(vgpu: Rig) -> None:
-    vpod(vgpu, "late", [("cuda", [("GPU-111", 100, 0)])], vgpu_time=200)
-    vpod(vgpu, "early", [("cuda", [("GPU-222", 100, 0)])], vgpu_time=100)
-    assert envs(vgpu.allocator.allocate(["GPU-222-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-222"
-    assert [a.pod_name for a in vgpu.ledger.active()] == ["early"]
+def test_pods_are_served_in_bind_order_not_by_vgpu_time(vgpu: Rig) -> None:
+    """Kubelet admits pods in the order their binding reaches it (the daemon's watch sees the same
+    order); Volcano's `vgpu-time` is stamped before an asynchronous bind."""
+    vpod(vgpu, "bound-first", [("cuda", [("GPU-111", 100, 0)])], vgpu_time=200)
+    vpod(vgpu, "bound-second", [("cuda", [("GPU-222", 100, 0)])], vgpu_time=100)
+    assert envs(vgpu.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
+    assert [a.pod_name for a in vgpu.ledger.active()] == ["bound-first"]
 
 
 def test_a_repeated_allocate_returns_the_same_bytes(vgpu: Rig) -> None:
@@ -287,11 +289,20 @@ def test_a_pod_placed_without_a_vgpu_scheduler_is_explained(vgpu: Rig) -> None:
     fails(vgpu, ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "ml/plain", "no volcano.sh/vgpu-node")
 
 
-def test_a_problem_pod_does_not_take_a_servable_pods_turn(vgpu: Rig) -> None:
-    vpod(vgpu, "broken", [("cuda", [("GPU-000", 100, 0)])], vgpu_time=1, node="node-b")
+def test_a_problem_pod_fails_on_its_own_turn_and_the_next_pod_gets_its_own_slot(vgpu: Rig) -> None:
+    """Kubelet admits the pod bound first even when it cannot be served: its Allocate is the one
+    that fails, and the servable pod is not handed to it."""
+    broken = vpod(vgpu, "broken", [("cuda", [("GPU-000", 100, 0)])], vgpu_time=1, node="node-b")
     vpod(vgpu, "fine", [("cuda", [("GPU-111", 100, 0)])], vgpu_time=2)
-    assert envs(vgpu.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
     fails(vgpu, ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "ml/broken")
+    vgpu.outbox.start()  # its `bind-phase: failed` reaches the API server and the pod cache
+
+    def failed(cache: PodCache) -> bool:
+        notes = objects.annotations_of(cache.get(broken["metadata"]["uid"]) or {"metadata": {}})
+        return notes.get("volcano.sh/bind-phase") == "failed"
+
+    assert vgpu.pods.wait_until(failed, WAIT_S)
+    assert envs(vgpu.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
 
 
 def test_settled_and_finished_pods_are_not_candidates(vgpu: Rig) -> None:

@@ -1,0 +1,84 @@
+"""Which ledger rows kubelet's pod-resources records contradict, and when re-keying them is safe."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from deviceplugin.api import podresources_pb2 as pr
+from deviceplugin.ledger import Allocation, GpuShare, Move
+from deviceplugin.plugin.podresources import Listing
+from deviceplugin.plugin.swaps import plan_moves, replaced
+
+MEM = "volcano.sh/gpu-memory"
+UIDS = {("ml", name): f"uid-{name}" for name in ("a", "b", "c")}
+
+
+def row(pod: str, gpu: int, ids: tuple[str, ...], container: str = "main") -> Allocation:
+    return Allocation(f"uid-{pod}", "ml", pod, container, MEM, (GpuShare(f"GPU-{gpu}", gpu, 100),), ids, b"")
+
+
+def listing(*held: tuple[str, str, tuple[str, ...]]) -> Listing:
+    """(pod, container, device IDs) as kubelet lists them, one entry per device."""
+    pods: dict[str, list[pr.ContainerResources]] = {}
+    for pod, container, ids in held:
+        devices = [pr.ContainerDevices(resource_name=MEM, device_ids=[d]) for d in ids]
+        pods.setdefault(pod, []).append(pr.ContainerResources(name=container, devices=devices))
+    return Listing(
+        pr.ListPodResourcesResponse(
+            pod_resources=[pr.PodResources(name=p, namespace="ml", containers=c) for p, c in pods.items()]
+        )
+    )
+
+
+def plan(
+    rows: list[Allocation], listed: Listing, finished: Collection[str] = ()
+) -> tuple[set[tuple[str, str]], set[str]]:
+    """The moves as (from UID, to UID), and the UIDs whose rows are confirmed."""
+    live = {(r.pod_uid, r.container, r.resource) for r in rows}
+    found = plan_moves(rows, live, listed, lambda ns, name: UIDS.get((ns, name)), lambda uid: uid in finished)
+    return {(m.key[0], m.pod_uid) for m in found.moves}, {key[0] for key in found.confirmed}
+
+
+A0, B1 = row("a", 0, ("0-1", "0-2")), row("b", 1, ("1-1", "1-2"))
+
+
+def test_rows_kubelet_lists_as_recorded_are_confirmed() -> None:
+    assert plan([A0, B1], listing(("a", "main", ("0-1", "0-2")), ("b", "main", ("1-1", "1-2")))) == (
+        set(),
+        {"uid-a", "uid-b"},
+    )
+
+
+def test_a_closed_swap_moves_both_rows() -> None:
+    listed = listing(("b", "main", ("0-1", "0-2")), ("a", "main", ("1-1", "1-2")))
+    assert plan([A0, B1], listed) == ({("uid-a", "uid-b"), ("uid-b", "uid-a")}, set())
+
+
+def test_an_open_swap_waits_for_the_other_pods_allocate() -> None:
+    """b was served as a; a is still to come: giving the row to b now would let a be served a's
+    placement again, which b's container already has."""
+    listed = listing(("b", "main", ("0-1", "0-2")))
+    assert plan([A0], listed) == (set(), set())
+    assert plan([A0], listed, finished={"uid-a"}) == ({("uid-a", "uid-b")}, set())  # a never comes
+
+
+def test_a_move_onto_a_container_that_holds_a_row_waits() -> None:
+    listed = listing(("b", "main", ("0-1", "0-2")))
+    assert plan([A0, B1], listed, finished={"uid-a"}) == (set(), set())
+
+
+def test_rows_kubelet_does_not_list_are_left_alone() -> None:
+    init = row("c", 0, ("0-7",), container="setup")  # a run-to-completion init container
+    split = row("c", 1, ("1-5", "1-6"))
+    listed = listing(("a", "main", ("1-5",)), ("b", "main", ("1-6",)))
+    assert plan([init, split], listed) == (set(), set())
+
+
+def test_an_exchange_of_equal_placements_is_not_a_swap() -> None:
+    twin = row("b", 0, ("0-3", "0-4"))
+    moves = [
+        Move(("uid-a", "main", MEM), "uid-b", "ml", "b", "main"),
+        Move(("uid-b", "main", MEM), "uid-a", "ml", "a", "main"),
+    ]
+    assert replaced([A0, twin], moves) == []
+    assert [m.pod_uid for m, _ in replaced([A0, B1], moves)] == ["uid-b", "uid-a"]
