@@ -38,6 +38,7 @@ from deviceplugin.plugin.swaps import apply_moves, correction_patches, describe,
 log = get_log(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
+IDENTIFY_WINDOW = 8  # candidates weighed at once: hundreds of replicas stay cheap to tell apart
 
 
 class AllocateError(Exception):
@@ -257,13 +258,20 @@ class PodAllocator(Generic[P]):
     def _identify(
         self, units: int, served: frozenset[Key], deadline: float, *, keep: bool
     ) -> tuple[P, ContainerNeed, bool] | None:
-        """The candidate kubelet is admitting among those asking `units` (`identify`)."""
-        candidates = self.pending.matching(served, units)
-        if not candidates:
+        """The candidate kubelet is admitting among those asking `units` (`identify`): kubelet
+        admits in the order the daemon ranks pods but for the odd refused pod or batch, so the
+        earliest few are weighed first, the rest only when none of those is the one."""
+        window = self.pending.matching(served, units, limit=IDENTIFY_WINDOW)
+        if not window:
             return None
-        distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need, _ in candidates}) > 1
-        (pod, need, _), sure = self.identifier.pick(
-            candidates, served, deadline, distinct=distinct, keep=keep
+        distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need in window}) > 1
+        (pod, need), sure = self.identifier.pick(
+            window,
+            served,
+            deadline,
+            distinct=distinct,
+            keep=keep,
+            more=lambda: self.pending.matching(served, units)[IDENTIFY_WINDOW:],
         )
         return pod, need, sure
 

@@ -31,7 +31,7 @@ from deviceplugin.plugin.podresources import Listing, connect, list_with
 
 log = get_log(__name__)
 
-C = TypeVar("C", bound=tuple[PendingPod, ContainerNeed, object])
+C = TypeVar("C", bound=tuple[PendingPod, ContainerNeed])
 
 LIST_TIMEOUT_S = 2.0
 # GetPreferredAllocation and the Allocate that follows it for the same container see the same
@@ -80,19 +80,39 @@ class Identifier:
         self._unreachable = False
 
     def pick(
-        self, candidates: Sequence[C], served: frozenset[Key], deadline: float, *, distinct: bool, keep: bool
+        self,
+        candidates: Sequence[C],
+        served: frozenset[Key],
+        deadline: float,
+        *,
+        distinct: bool,
+        keep: bool,
+        more: Callable[[], Sequence[C]] = tuple,
     ) -> tuple[C, bool]:
         """The candidate kubelet is admitting, as far as can be told, and whether kubelet's own
-        records told it; `distinct`: the candidates would not all get the same; `keep`: hold the
-        List answer for the Allocate that follows."""
+        records told it. `candidates`: the earliest few; `more()`: the later ones, looked at when
+        none of those is the one; `distinct`: the candidates would not all get the same; `keep`:
+        hold the List answer for the Allocate that follows."""
         if len(candidates) == 1:
             return candidates[0], True
         if not distinct:
             return self._decided(candidates, "same-placement"), False
+        later: list[Sequence[C]] = []
+
+        def rest() -> Sequence[C]:
+            if not later:
+                later.append(more())
+            return later[0]
+
         listing = self._listing(deadline, keep)
-        if listing is not None and (kept := by_listing(candidates, listing, self.resource)):
+        if listing is not None and (
+            kept := by_listing(candidates, listing, self.resource)
+            or by_listing(rest(), listing, self.resource)
+        ):
             return self._decided(kept, "pod-resources"), len(kept) == 1
-        if kept := by_siblings(candidates, served, self.resource):
+        if kept := by_siblings(candidates, served, self.resource) or by_siblings(
+            rest(), served, self.resource
+        ):
             return self._decided(kept, "ledger"), False
         return self._decided(candidates, "arrival"), False
 

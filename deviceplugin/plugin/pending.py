@@ -100,11 +100,10 @@ P = TypeVar("P", bound=PendingPod)
 
 @dataclass(frozen=True, slots=True)
 class Entry(Generic[P]):
-    """A candidate in serving order, with the pod object it was read from."""
+    """A candidate in serving order."""
 
     order: tuple[int, str]  # (arrival group, creation time)
     pod: P
-    obj: Obj
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -172,19 +171,21 @@ class PendingPods(Generic[P]):
             return
         group = self._arrived(uid, listed)  # every pod, so one that turns into a candidate keeps it
         if parsed is not None:
-            entry = Entry((group, pod_identity(pod)[3]), parsed, pod)
+            entry = Entry((group, pod_identity(pod)[3]), parsed)
             self._by_uid[uid] = entry
             bisect.insort(self._ordered, entry, key=KEY)
 
-    def matching(self, served: frozenset[Key], units: int) -> list[tuple[P, ContainerNeed, Obj]]:
-        """Every candidate whose next container for the resource asks for `units`, earliest
-        first, with the pod object it was read from."""
-        found = []
+    def matching(self, served: frozenset[Key], units: int, limit: int | None = None) -> list[Match[P]]:
+        """The candidates (the earliest `limit`, or all) whose next container for the resource
+        asks for `units`, earliest first."""
+        found: list[Match[P]] = []
         with self._lock:
             for entry in self._ordered:
                 need = entry.pod.next_need(served)
                 if need is not None and need.units == units:
-                    found.append((entry.pod, need, entry.obj))
+                    found.append((entry.pod, need))
+                    if len(found) == limit:
+                        break
         return found
 
     def first(self, served: frozenset[Key], units: int) -> Match[P] | None:

@@ -25,7 +25,7 @@ def pod(name: str, created: str, predicate_time: int) -> dict[str, Any]:
 
 
 def order(pending: PendingPods[GpusharePod]) -> list[str]:
-    return [candidate.name for candidate, _, _ in pending.matching(frozenset(), 10)]
+    return [candidate.name for candidate, _ in pending.matching(frozenset(), 10)]
 
 
 def pending() -> PendingPods[GpusharePod]:
