@@ -111,7 +111,10 @@ class Releaser:
             return
         self._warned = False
         for reconciler in self._reconcilers:
-            reconciler.reconcile(listing)
+            try:
+                reconciler.reconcile(listing)
+            except Exception as err:  # a failed correction must not end the release loop
+                log.error("reconcile failed", error=repr(err))
         self.release_unlisted(listing)
 
     def release_unlisted(self, listing: Listing) -> None:
