@@ -16,6 +16,7 @@ from deviceplugin.gpu.fake import fake_uuid
 from deviceplugin.sim.kubelet import KubeletEmulator, ResourceState
 
 TIMEOUT_S = 20.0
+NODE = "node-1"  # the daemon's node in the end-to-end tests
 VGPU = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
 GPU0, GPU1 = fake_uuid(0), fake_uuid(1)
 

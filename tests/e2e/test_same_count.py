@@ -21,21 +21,13 @@ import pytest
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, streaming
-from tests.test_vgpu_e2e import notes, samples
+from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, VGPU, Daemon, eventually, streaming
+from tests.e2e.test_vgpu import notes, samples
 
-NODE = "node-1"
 MEM = "volcano.sh/gpu-memory"
 NUMBER, MEMORY, _ = VGPU
 UUIDS = (GPU0, GPU1)
 SWAPPED = "GpuAllocationSwapped"
-
-
-@pytest.fixture
-def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
-    apiserver.create("nodes", {"metadata": {"name": NODE}})
-    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
-    return apiserver
 
 
 def launch(

@@ -21,18 +21,10 @@ from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import TIMEOUT_S, Daemon, eventually, streaming
+from tests.daemons import NODE, TIMEOUT_S, Daemon, eventually, streaming
 
-NODE = "node-1"
 MEM = "volcano.sh/gpu-memory"
 NUM = "volcano.sh/gpu-number"
-
-
-@pytest.fixture
-def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
-    apiserver.create("nodes", {"metadata": {"name": NODE}})
-    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
-    return apiserver
 
 
 def launch(

@@ -7,23 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from deviceplugin.fit.codec import decode_node_register
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import GPU0, TIMEOUT_S, VGPU, Daemon, eventually, state, streaming, wait
+from tests.daemons import GPU0, NODE, TIMEOUT_S, VGPU, Daemon, eventually, state, streaming, wait
+from tests.e2e.test_vgpu import REGISTER, launch, notes, worker
 from tests.test_upstream_config import DEVICES_CONFIG, mount_config_maps
-from tests.test_vgpu_e2e import NODE, REGISTER, launch, notes, worker
 
 NUMBER, MEMORY, CORES = VGPU
-
-
-@pytest.fixture
-def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
-    apiserver.create("nodes", {"metadata": {"name": NODE}})
-    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
-    return apiserver
 
 
 def test_the_hami_config_maps_drop_in(

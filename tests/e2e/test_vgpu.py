@@ -18,22 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from deviceplugin.fit.codec import decode_node_register
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
+from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
 from tests.volcano_handshake import VolcanoHandshake, stamp
 
-NODE = "node-1"
 NUMBER, MEMORY, CORES = VGPU
 PERCENTAGE = "volcano.sh/vgpu-memory-percentage"
 REGISTER = "volcano.sh/node-vgpu-register"
 HANDSHAKE = "volcano.sh/node-vgpu-handshake"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
-
-
-@pytest.fixture
-def apiserver(apiserver: ApiServerEmulator) -> ApiServerEmulator:
-    apiserver.create("nodes", {"metadata": {"name": NODE}})
-    apiserver.create("namespaces", {"metadata": {"name": "ml"}})
-    return apiserver
 
 
 def launch(
