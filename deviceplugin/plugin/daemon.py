@@ -268,6 +268,14 @@ class Services:
     releaser: Releaser | None = None
     registrar: Registrar | None = None
 
+    def _drop_unmounted_cache_dirs(self) -> None:
+        self.hook.keep_mounted(allocation.response for allocation in self.ledger.active())
+
+    def _on_released(self, _pod_uid: str) -> None:
+        # By what live rows mount, not by UID: a corrected swap leaves a pod's container using the
+        # directory created under the other pod's UID.
+        self._drop_unmounted_cache_dirs()
+
     def start(self, config: DaemonConfig, api: Kube | None, gpu: GpuSide, layout: Layout) -> None:
         try:
             config.device_plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +288,7 @@ class Services:
                 self.hook.prepare()
             except OSError as err:
                 raise StartupError(f"--hook-path {self.hook.root}: {err}", EXIT_CONFIG) from None
-            self.hook.sweep(allocation.pod_uid for allocation in self.ledger.active())
+            self._drop_unmounted_cache_dirs()
         self.kube = None if api is None else KubeSide.start(api, config, gpu, layout, self.ledger)
         self.releaser = Releaser(
             self.ledger,
@@ -288,7 +296,7 @@ class Services:
             config.pod_resources_socket,
             interval_s=config.reconcile_interval,
             grace_s=config.release_grace_period,
-            on_released=self.hook.remove_pod,
+            on_released=self._on_released if config.gpu_strategy == "vgpu" else lambda _uid: None,
         )
         self.releaser.start()
         servers = [

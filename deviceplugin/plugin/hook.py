@@ -3,7 +3,9 @@
 - `libvgpu.so`: the HAMi-core library, installed by the operator (the plugin only checks for it).
 - `ld.so.preload`: one line naming the library where the container sees it; written here.
 - `vgpu/containers/<pod UID>_<container>/`: each container's shared cache, created at Allocate
-  and removed when the ledger releases the pod.
+  and kept while a live ledger row's response mounts it. That is not always the row's own pod:
+  after a same-count swap is corrected, a row moves to the pod whose container really holds it,
+  with the directory it was given at Allocate, so directories go by what is mounted, not by UID.
 - `vgpu/lock/`: the lock directory HAMi-core's processes share on the node.
 """
 
@@ -14,6 +16,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -54,18 +57,18 @@ class HookPath:
         os.chmod(path, SHARED)
         return path
 
-    def remove_pod(self, pod_uid: str) -> None:
-        for path in self.containers.glob(f"{pod_uid}_*"):
-            shutil.rmtree(path, ignore_errors=True)
-            log.info("vgpu cache dir removed", path=str(path))
-
-    def sweep(self, live_pod_uids: Iterable[str]) -> None:
-        """Remove the directories of pods the ledger no longer holds (released while the daemon
-        was down, or created by an Allocate that crashed before its ledger write)."""
-        live = set(live_pod_uids)
+    def keep_mounted(self, responses: Iterable[bytes]) -> None:
+        """Remove every cache directory that none of `responses` (live ledger rows' Allocate
+        responses) mounts: released pods, and Allocates that crashed before their ledger write."""
         if not self.containers.is_dir():
             return
+        mounted = {
+            mount.host_path
+            for response in responses
+            for mount in pb.ContainerAllocateResponse.FromString(response).mounts
+            if mount.container_path == CONTAINER_CACHE_DIR
+        }
         for path in self.containers.iterdir():
-            if path.name.partition("_")[0] not in live:
+            if str(path) not in mounted:
                 shutil.rmtree(path, ignore_errors=True)
-                log.info("stale vgpu cache dir removed", path=str(path))
+                log.info("vgpu cache dir removed", path=str(path))

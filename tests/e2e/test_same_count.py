@@ -300,10 +300,11 @@ def test_vgpu_swap_that_could_not_be_told_apart_is_corrected(
     }
     daemon = vgpu_daemon(start, apiserver, kubelet, workdir)
     kubelet.rate_limit_while_admitting = True
-    got = {}
+    got, caches = {}, {}
     for name in ("large", "small"):
-        envs = admit(kubelet, pods[name], daemon, NUMBER).allocation("worker", NUMBER).envs
-        got[name] = (envs["NVIDIA_VISIBLE_DEVICES"], envs["CUDA_DEVICE_MEMORY_LIMIT_0"])
+        allocation = admit(kubelet, pods[name], daemon, NUMBER).allocation("worker", NUMBER)
+        got[name] = (allocation.envs["NVIDIA_VISIBLE_DEVICES"], allocation.envs["CUDA_DEVICE_MEMORY_LIMIT_0"])
+        caches[name] = Path(next(m.host_path for m in allocation.mounts if m.container_path == "/tmp/vgpu"))
     assert got == {"large": (GPU0, "2000m"), "small": (GPU1, "4000m")}
 
     def booked(name: str) -> str:
@@ -314,3 +315,11 @@ def test_vgpu_swap_that_could_not_be_told_apart_is_corrected(
     eventually(lambda: set(swap_events(apiserver)) == {"large", "small"}, daemon)
     assert counted(daemon, "volcano_gpu_plugin_allocation_swaps_corrected_total", resource=NUMBER) == 2
     assert all(notes(apiserver, "pods", n)["volcano.sh/bind-phase"] == "success" for n in pods)
+
+    # Each container's HAMi-core cache directory was created under the other pod's UID; deleting
+    # that other pod must leave it in place while its container still runs.
+    assert all(path.is_dir() for path in caches.values())
+    apiserver.delete("pods", "small", "ml")
+    eventually(lambda: "small" not in ledger_gpus(workdir, NUMBER), daemon)
+    eventually(lambda: not caches["small"].exists(), daemon)
+    assert caches["large"].is_dir()

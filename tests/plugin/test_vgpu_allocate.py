@@ -124,13 +124,14 @@ def test_the_response_carries_hami_core_mounts_and_a_fresh_cache_dir(vgpu: Rig, 
     assert envs(response)["CUDA_DEVICE_SM_LIMIT"] == "30"
     assert envs(response)["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith("/tmp/vgpu/")
     # Releasing the pod (here: its deletion, as the release loop sees it) removes the directory.
+    hook_path = vgpu.allocator.hook  # type: ignore[attr-defined]
     releaser = Releaser(
         vgpu.ledger,
         None,
         tmp_path / "none.sock",
         interval_s=60,
         grace_s=60,
-        on_released=vgpu.allocator.hook.remove_pod,  # type: ignore[attr-defined]
+        on_released=lambda _uid: hook_path.keep_mounted(a.response for a in vgpu.ledger.active()),
     )
     releaser.on_pod("DELETED", pod)
     assert not cache.exists()
