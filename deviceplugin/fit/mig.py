@@ -134,11 +134,7 @@ def release_slot_volcano(state: MigState, group_name: str, position: int) -> int
             continue
         state.active = number
         located = group.locate(position)
-        if located is None:
-            raise PodDevicesError(
-                f"MIG slot {group_name}-{position} is past its group's slots: "
-                "Volcano's scheduler panics releasing it"
-            )
+        assert located is not None, "booked slots are in range: take_slot_volcano refuses the others"
         inst = group.instances[located[0]]
         taken = state.used.get(inst.name)
         if taken is None:

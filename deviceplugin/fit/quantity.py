@@ -100,10 +100,7 @@ def go_quantity_as_int64(value: object) -> int | None:
     The API server stores canonical forms ("2000m" -> "2"), where the two readings agree.
     """
     parse_quantity(value)  # the same grammar, so the same errors
-    text = _go_text(value)
-    if text == "0":
-        return 0
-    match = _QUANTITY.fullmatch(text)
+    match = _QUANTITY.fullmatch(_go_text(value))
     assert match is not None
     whole, _, fraction = match["number"].partition(".")
     digits = whole.lstrip("0") or "0"
@@ -114,12 +111,12 @@ def go_quantity_as_int64(value: object) -> int | None:
     elif match["suffix"] in _BINARY_EXPONENT:
         exponent = _BINARY_EXPONENT[match["suffix"]]
         scale, mantissa = 0, 1 << exponent
-        precision = 15 - len(digits) - exponent * 3 // 10 - 1 if not fraction else -1
+        precision = 15 - len(digits) - exponent * 3 // 10 - 1  # a fraction: scale < 0 below
     else:
         scale = _DECIMAL_EXPONENT[match["suffix"] or ""]
         precision = _GO_INT64_DIGITS - len(digits) - len(fraction)
     scale -= len(fraction)
-    if precision < 0 or scale < -9 or scale < 0:
+    if precision < 0 or scale < 0:
         return None  # the arbitrary-precision path, or a negative scale: AsInt64 says no
     amount: int = int(digits + fraction) * mantissa * 10**scale
     if amount > _INT64_MAX:

@@ -7,13 +7,15 @@ a decimal exponent (`e`/`E` and a signed integer). JSON numbers are accepted as 
 
 from __future__ import annotations
 
+import random
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from deviceplugin.fit import FitInputError, QuantityError, parse_quantity
-from deviceplugin.fit.quantity import quantity_as_int64, quantity_ceil
+from deviceplugin.fit.quantity import go_quantity_as_int64, quantity_as_int64, quantity_ceil
+from tests.fit import volcano_go as go
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -230,3 +232,60 @@ def test_quantity_as_int64(value: object, expected: int | None) -> None:
 def test_quantity_as_int64_propagates_parse_errors() -> None:
     with pytest.raises(QuantityError):
         quantity_as_int64("1 Gi")
+
+
+# --- go_quantity_as_int64: Go's AsInt64 of what ParseQuantity builds (compat="volcano") ---------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("0", 0, id="zero"),
+        pytest.param("0000000000000000000001", 1, id="leading-zeros-are-not-digits"),
+        pytest.param("999999999999999999", 999_999_999_999_999_999, id="18-digits-fast-path"),
+        pytest.param("1000000000000000000", None, id="19-digits-arbitrary-precision"),
+        pytest.param("5.", 5, id="empty-fraction"),
+        pytest.param("1.0", None, id="a-fraction-digit-makes-scale-negative"),
+        pytest.param("2000m", None, id="milli-is-scale-minus-3"),
+        pytest.param("1n", None, id="nano"),
+        pytest.param("1e3", 1000, id="exponent"),
+        pytest.param("1E3", 1000, id="capital-exponent"),
+        pytest.param("123456789012345678e1", 1_234_567_890_123_456_780, id="exponent-18-digits"),
+        pytest.param("1e19", None, id="exponent-overflows-int64"),
+        pytest.param("9.2E", 9_200_000_000_000_000_000, id="exa-with-fraction"),
+        pytest.param("9.3E", None, id="exa-over-int64"),
+        pytest.param("1Ti", 2**40, id="tebi"),
+        pytest.param("10230Gi", 10230 * 2**30, id="binary-precision-zero"),
+        pytest.param("102300Gi", None, id="binary-precision-negative"),
+        pytest.param("1Pi", None, id="pebi-is-arbitrary-precision"),
+        pytest.param("1.5Gi", None, id="binary-with-fraction"),
+        pytest.param("-7", -7, id="negative"),
+        pytest.param("+7", 7, id="plus"),
+        pytest.param(5, 5, id="json-int"),
+        pytest.param(2.0, None, id="json-float-is-text-2.0"),
+    ],
+)
+def test_go_quantity_as_int64(value: object, expected: int | None) -> None:
+    assert go_quantity_as_int64(value) == expected
+
+
+def test_go_quantity_as_int64_agrees_with_the_transcription_of_parse_quantity() -> None:
+    rng = random.Random(5)
+    suffixes = ["", "", "m", "k", "M", "G", "T", "P", "E", "n", "u", "Ki", "Mi", "Gi", "Pi", "e2", "E-1"]
+
+    def digits(most: int) -> str:
+        return "".join(rng.choice("0123456789") for _ in range(rng.randint(0, most)))
+
+    checked = 0
+    for _ in range(5000):
+        whole = "0" * rng.randint(0, 3) + digits(20)
+        fraction = "." + digits(4) if rng.random() < 0.3 else ""
+        text = rng.choice(["", "-", "+"]) + whole + fraction + rng.choice(suffixes)
+        try:
+            parse_quantity(text)
+        except QuantityError:
+            continue
+        value, ok = go.parse_quantity(text).as_int64()
+        assert go_quantity_as_int64(text) == (value if ok else None), text
+        checked += 1
+    assert checked > 4000

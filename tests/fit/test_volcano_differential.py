@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from deviceplugin.fit import (
+    Assigned,
     FitInputError,
     MigGeometry,
     MigGroup,
@@ -71,7 +72,8 @@ def _resources(rng: random.Random, values: dict[str, str | None]) -> dict[str, A
 
 # --- gpushare ---------------------------------------------------------------------------------
 
-SHARE_MEMORY = ["1000", "2000", "4000", "8000", "16000", "0", "1500m", "2000m", "1.5", "-100", "3Gi", "1e19"]
+SHARE_MEMORY = ["1", "1000", "2000", "4000", "8000", "16000", "0", "1500m", "2000m", "1.5", "-1", "3Gi"]
+SHARE_MEMORY += ["1e19"]  # past int64: Value() is capped
 SHARE_NUMBER = ["1", "2", "0", "3", "-1", "1500m"]
 
 
@@ -234,7 +236,7 @@ def _vgpu_container(rng: random.Random, name: str) -> dict[str, Any]:
     values = {
         go.VGPU_NUMBER: rng.choice(["1"] * 6 + ["2", "2", "0", "-1", "3Gi", "1.0", None, None, None]),
         go.VGPU_MEMORY: rng.choice(
-            ["1024", "2000", "10000"] * 3
+            ["1024", "2000", "10000", "10240", "4864", "20480"] * 2
             + ["0", "2000m", "3Gi", "-1", "1000000000000002000", "1Pi"]
             + [None] * 6
         ),
@@ -314,7 +316,7 @@ def _check_vgpu_case(rng: random.Random) -> None:
                 if go.cache_books_devices(p):
                     go.vgpu_add_resource(go_node, p, go_config)
     except go.GoPanic:
-        with pytest.raises(FitInputError):
+        with pytest.raises(FitInputError, match="panics"):
             vgpu_gpus(node, pods, config=config, compat="volcano")
         return
     gpus = vgpu_gpus(node, pods, config=config, compat="volcano")
@@ -329,7 +331,7 @@ def _check_vgpu_case(rng: random.Random) -> None:
         try:
             go.vgpu_sub_resource(go_node, leaving, go_config)
         except go.GoPanic:
-            with pytest.raises(FitInputError):
+            with pytest.raises(FitInputError, match="panics"):
                 remove_vgpu_pod(gpus, leaving["metadata"]["uid"], "volcano", config=config)
             return
         remove_vgpu_pod(gpus, leaving["metadata"]["uid"], "volcano", config=config)
@@ -343,7 +345,7 @@ def _check_vgpu_case(rng: random.Random) -> None:
     try:
         expected = go.vgpu_fit(go_node, pod, policy, go_config)
     except go.GoPanic:
-        with pytest.raises(FitInputError):
+        with pytest.raises(FitInputError, match="panics"):
             fit_vgpu(gpus, requests, pod, policy, "volcano", config=config)
         return
     result = fit_vgpu(gpus, requests, pod, policy, "volcano", config=config)
@@ -492,9 +494,10 @@ def test_gpu_number_node_places_a_memory_pod_by_memory() -> None:
     # The filter only counts idle cards (GPU 1); Allocate then takes the memory branch: GPU 0,
     # shared, because it is the lowest index with 12000 MiB free.
     fits = fit_gpushare(cards, pod("12000"), strategy="number", compat="volcano")
-    assert fits.ok and [d.index for d in fits.devices[0]] == [0]
+    assert fits.ok and fits.devices == ((Assigned(cards[0].uuid, 0, cards[0].type, 12000, 0),),)
     # Nothing has 16001 MiB free: Volcano's filter passes but Allocate fails, so it is not placed.
-    assert not fit_gpushare(cards, pod("16001"), strategy="number", compat="volcano").ok
+    refused = fit_gpushare(cards, pod("16001"), strategy="number", compat="volcano")
+    assert not refused.ok and "places it by memory" in refused.reason and "16001" in refused.reason
 
 
 def test_booking_follows_volcanos_cache() -> None:
@@ -544,3 +547,25 @@ def test_add_vgpu_pod_matches_the_transcription_on_repeat_adds() -> None:
     go.vgpu_add_resource(go_node, holder, go.VConfig())
     go.vgpu_add_resource(go_node, holder, go.VConfig())
     assert _counters(gpus) == _go_counters(go_node) == {0: (1, 300, 10)}
+
+
+def test_releasing_a_slot_whose_usage_entry_is_gone_gives_back_nothing() -> None:
+    # Two pods booked on one slot (insert drops the duplicate index): the first release empties and
+    # deletes the 1g.10gb usage entry, so the second finds no entry and subMigUsed returns 0.
+    config = _lib_config("", 1, [(["A100"], [go.Geometry("g", [("1g.10gb", 10240, 2)])])])
+    register = "GPU-a,10,40960,NVIDIA-A100,true,mig:"
+    node = {
+        "metadata": {"annotations": {"volcano.sh/node-vgpu-register": register}},
+        "status": {"allocatable": {go.VGPU_NUMBER: "10", go.VGPU_CORES: "100", go.VGPU_MEMORY: "40960"}},
+    }
+
+    def holder(name: str) -> dict[str, Any]:
+        notes = {"volcano.sh/vgpu-ids-new": "GPU-a[g-1],NVIDIA,5000,0:"}
+        return {"metadata": {"name": name, "uid": name, "annotations": notes}, "status": {"phase": "Running"}}
+
+    gpus = vgpu_gpus(node, [holder("a"), holder("b")], config=config, compat="volcano")
+    assert gpus[0].used_memory == 2 * 10240
+    remove_vgpu_pod(gpus, "a", "volcano", config=config)
+    assert gpus[0].used_memory == 10240
+    remove_vgpu_pod(gpus, "b", "volcano", config=config)
+    assert (gpus[0].used_num, gpus[0].used_memory) == (0, 10240)  # Go leaks the second booking
