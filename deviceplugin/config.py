@@ -194,7 +194,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubeconfig", "KUBECONFIG", _path, "kubeconfig file (default: in-cluster)"),
     Option("metrics-address", "METRICS_ADDRESS", _address, "HOST:PORT for /metrics, /healthz, /readyz"),
     Option("hook-path", "HOOK_PATH", _path, "host directory holding libvgpu.so and ld.so.preload"),
-    Option("vgpu-split-count", "VGPU_SPLIT_COUNT", _positive_int, "pods that may share one GPU (vgpu)"),
+    Option(
+        "vgpu-split-count",
+        "VGPU_SPLIT_COUNT",
+        _positive_int,
+        "pods that may share one GPU (vgpu)",
+        aliases=("device-split-count",),
+    ),
     Option(
         "vgpu-handshake",
         "VGPU_HANDSHAKE",

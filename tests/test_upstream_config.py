@@ -425,6 +425,9 @@ def test_a_bad_strategy_in_the_devices_config_names_its_field(tmp_path: Path) ->
 def test_the_upstream_flag_names_are_accepted() -> None:
     args = build_parser().parse_args(["run", "--config-file", "/etc/c.yaml", "--device-cores-scaling", "2"])
     assert (args.config, args.vgpu_core_scaling) == ("/etc/c.yaml", "2")
+    # the HAMi vGPU plugin's --device-split-count (cmd/vgpu/main.go)
+    args = build_parser().parse_args(["run", "--device-split-count", "4"])
+    assert args.vgpu_split_count == "4"
 
 
 def test_run_help_shows_the_upstream_flag_names(capsys: pytest.CaptureFixture[str]) -> None:
