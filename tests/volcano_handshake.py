@@ -41,7 +41,12 @@ class VolcanoHandshake:
         if value is None or ("Requesting" not in value and "Deleted" in value):
             return False
         if "Requesting" in value:
-            asked = datetime.datetime.strptime(value.split("_")[1], LAYOUT)
+            # Go: `strings.Split(v, "_")[1]` panics without a "_" (IndexError here); a time that does
+            # not parse is Go's zero time, long expired
+            try:
+                asked = datetime.datetime.strptime(value.split("_")[1], LAYOUT)
+            except ValueError:
+                asked = datetime.datetime.min
             if now > asked + EXPIRY:
                 self._write(stamp("Deleted", now))
                 self.deleted += 1

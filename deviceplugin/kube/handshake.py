@@ -12,7 +12,8 @@ annotation, revives `Deleted_`, and answers each `Requesting_`, never sooner tha
 requests again in its next session (every second), so the pair would write to the node every
 second; waiting keeps it to one round per interval while staying inside the 60 s. Newer Volcano
 never writes a request, so there the daemon writes once (the seed) and never again. Values this
-protocol never produces are left alone with a warning. `heartbeat=True` instead writes `Reported`
+protocol never produces are logged once and answered only where Volcano cannot get past them
+(`classify`). `heartbeat=True` instead writes `Reported`
 every `interval_s` whatever the node holds, as the HAMi plugin up to v1.12 did.
 """
 
@@ -53,19 +54,27 @@ ANSWERED = frozenset({Value.ABSENT, Value.REQUEST, Value.DELETED})
 
 
 def classify(value: str | None) -> tuple[Value, str]:
-    """What a handshake value means to Volcano, and for a bad one why. Volcano matches `Requesting`
-    and `Deleted` anywhere in the value, so only its exact forms count as requests."""
+    """What a handshake value means to Volcano, and for one the protocol never writes why. Volcano
+    matches `Requesting` and `Deleted` anywhere in the value. A malformed request is left to it (it
+    reads an unparsable time as expired and writes `Deleted_`), except one without `_`, on which its
+    split panics; any value with `Deleted` but no `Requesting` drops the node until answered."""
     if value is None:
         return Value.ABSENT, ""
     if "Requesting" in value or "Deleted" in value:
         stamp = _STAMP.fullmatch(value)
-        if stamp is None:
-            return Value.BAD, "not Requesting_ or Deleted_ followed by a time in Volcano's layout"
-        try:
-            datetime.datetime.strptime(stamp.group(2), _LAYOUT)
-        except ValueError:
-            return Value.BAD, f"{stamp.group(2)!r} is not a valid time"
-        return (Value.REQUEST if stamp.group(1) == "Requesting" else Value.DELETED), ""
+        why = "not Requesting_ or Deleted_ followed by a time in Volcano's layout"
+        if stamp is not None:
+            try:
+                datetime.datetime.strptime(stamp.group(2), _LAYOUT)
+            except ValueError:
+                why = f"{stamp.group(2)!r} is not a valid time"
+            else:
+                return (Value.REQUEST if stamp.group(1) == "Requesting" else Value.DELETED), ""
+        if "Requesting" not in value:
+            return Value.DELETED, why
+        if "_" not in value:
+            return Value.REQUEST, f"{why}; Volcano's scheduler panics on a request without '_'"
+        return Value.BAD, why
     if value.startswith("Reported "):
         return Value.REPORTED, ""
     return Value.BAD, "neither Reported <time>, Requesting_<time> nor Deleted_<time>"
@@ -141,10 +150,10 @@ class Handshake:
                     return False  # the cache is behind our last answer
                 self._pending = None  # changed since by someone else (or a relist skipped ours)
         kind, why = classify(value)
-        if kind is Value.BAD and value != self._warned:
+        if why and value != self._warned:
             self._warned = value
             log.warning(
-                "handshake value left alone",
+                "handshake value left alone" if kind is Value.BAD else "handshake value replaced",
                 node=self.node_name,
                 annotation=keys.NODE_VGPU_HANDSHAKE,
                 value=value,

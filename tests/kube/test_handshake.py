@@ -43,9 +43,10 @@ def wait_for(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
         ("Requesting_tomorrow", Value.BAD),
         ("Requesting_2026-03-01 08:30:05", Value.BAD),  # not Volcano's layout
         ("Requesting_2026.13.01 08:30:05", Value.BAD),  # no month 13
-        ("Requesting", Value.BAD),  # Volcano itself would index past the end of the split
+        ("Requesting", Value.REQUEST),  # malformed: Volcano indexes past the end of its split
         ("xRequesting_2026.03.01 08:30:05", Value.BAD),
-        ("Deleted", Value.BAD),
+        ("Deleted", Value.DELETED),  # malformed, yet Volcano drops the node for it
+        ("Deleted_2026-03-01 08:30:05", Value.DELETED),
         ("Reported", Value.BAD),
         ("ok", Value.BAD),
         ("", Value.BAD),
@@ -54,7 +55,8 @@ def wait_for(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
 def test_values_are_read_as_volcano_writes_them(value: str | None, kind: Value) -> None:
     found, why = classify(value)
     assert found is kind
-    assert bool(why) == (kind is Value.BAD)
+    malformed = kind is Value.BAD or value in ("Requesting", "Deleted", "Deleted_2026-03-01 08:30:05")
+    assert bool(why) == malformed  # said for every value the protocol never writes
 
 
 def test_the_answer_is_reported_and_the_time() -> None:
@@ -139,9 +141,7 @@ def test_a_dropped_node_is_revived(apiserver: ApiServerEmulator, kube: Kube, wat
     assert classify(handshake_value(apiserver))[0] is Value.REPORTED
 
 
-@pytest.mark.parametrize(
-    "value", ["Requesting_tomorrow", "Deleted", "ok", "Reported 2026-03-01 08:30:05 +0000 UTC"]
-)
+@pytest.mark.parametrize("value", ["Requesting_tomorrow", "ok", "Reported 2026-03-01 08:30:05 +0000 UTC"])
 def test_values_not_to_answer_are_left_alone(
     apiserver: ApiServerEmulator, kube: Kube, watch: NodeWatch, value: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -161,6 +161,28 @@ def test_values_not_to_answer_are_left_alone(
         assert warnings[0]["reason"]
     else:
         assert warnings == []
+
+
+@pytest.mark.parametrize("value", ["Deleted", "Deleted_yesterday", "Requesting"])
+def test_a_malformed_value_volcano_cannot_get_past_is_answered(
+    apiserver: ApiServerEmulator, kube: Kube, watch: NodeWatch, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Volcano drops the node for any value holding `Deleted` but not `Requesting`, and never writes
+    over it; a `Requesting` without `_` makes its scheduler panic. Only an answer gets past either."""
+    set_value(apiserver, watch, value)
+    volcano = VolcanoHandshake(apiserver, "node-a")
+    if "Requesting" in value:
+        with pytest.raises(IndexError):
+            volcano.session()
+    else:
+        assert volcano.session() is False
+    with caplog.at_level(logging.WARNING, logger="deviceplugin.kube.handshake"):
+        assert Handshake(kube, watch, 30).step() is None
+    assert classify(handshake_value(apiserver))[0] is Value.REPORTED
+    assert volcano.session() is True
+    replaced = [r.__dict__["fields"] for r in caplog.records if r.getMessage() == "handshake value replaced"]
+    (warning,) = replaced  # once, naming the value and why
+    assert warning["value"] == value and warning["reason"]
 
 
 def test_volcano_keeps_the_node_with_one_answer_per_request(
