@@ -225,6 +225,25 @@ def test_share_pod_served_as_one_that_never_comes_is_corrected(
     assert counted(daemon, "volcano_gpu_plugin_allocation_swaps_corrected_total", resource=MEM) == 1
 
 
+def test_share_rows_are_released_on_deletion_without_pod_resources(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """No pod-resources socket mounted (as upstream deploys): the rows of pods that could not be
+    told apart stay unconfirmed, and with no `List` to confirm them a deletion still releases."""
+    now = time.time_ns()
+    pods = {
+        "early": share_pod(apiserver, "early", 0, now),
+        "late": share_pod(apiserver, "late", 1, now + 1000),
+    }
+    absent = str(workdir / "absent.sock")
+    daemon = launch(start, apiserver, kubelet, workdir, "--pod-resources-socket", absent)
+    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
+    for name in ("late", "early"):
+        admit(kubelet, pods[name], daemon)
+    apiserver.delete("pods", "late", "ml")
+    eventually(lambda: set(ledger_gpus(workdir, MEM)) == {"early"}, daemon)
+
+
 # --- vGPU mode -------------------------------------------------------------------------------
 
 
