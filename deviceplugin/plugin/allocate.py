@@ -255,6 +255,20 @@ class PodAllocator(Generic[P]):
             f"(waited {self.timeout_s:g}s; {len(self.pods.pods())} pod(s) on the node)",
         )
 
+    def _reusing(
+        self, row: Allocation, served: frozenset[Key], units: int
+    ) -> tuple[P, ContainerNeed, bool] | None:
+        """The pod's next container when `row` is a run-to-completion init container's: kubelet
+        hands its devices to the pod's later containers first, so one asking as many sends the
+        same IDs in its own Allocate (not a repeat)."""
+        pod = self.pods.get(row.pod_uid)
+        if pod is None or listable(pod, row.container):
+            return None
+        for candidate, need in self.pending.matching(served, units):
+            if candidate.uid == row.pod_uid:
+                return candidate, need, True
+        return None
+
     def _identify(
         self, units: int, served: frozenset[Key], deadline: float, *, keep: bool
     ) -> tuple[P, ContainerNeed, bool] | None:
@@ -330,11 +344,12 @@ class PodAllocator(Generic[P]):
     ) -> tuple[pb.ContainerAllocateResponse, str]:
         kubelet_gpus = check_ids(self.devices, device_ids)
         with self._lock:
-            repeat = self.ledger.find_by_devices(self.resource, device_ids)
-            if repeat is not None:
-                return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
             served_keys = self.ledger.served()  # unchanged while the lock is held
-            pod, need, sure = self._resolve(len(device_ids), served_keys, deadline)
+            repeat = self.ledger.find_by_devices(self.resource, device_ids)
+            reuse = None if repeat is None else self._reusing(repeat, served_keys, len(device_ids))
+            if repeat is not None and reuse is None:
+                return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
+            pod, need, sure = reuse or self._resolve(len(device_ids), served_keys, deadline)
             try:
                 served = self._placement(pod, need, kubelet_gpus)
             except AllocateError as err:

@@ -50,8 +50,12 @@ def launch(
     return daemon
 
 
-def share_pod(apiserver: ApiServerEmulator, name: str, gpu: int, predicate_time: int) -> dict[str, Any]:
-    """A 1000 MiB pod as Volcano's gpushare Allocate leaves it: gpu-index and predicate-time (ns)."""
+def share_pod(
+    apiserver: ApiServerEmulator, name: str, gpu: int, predicate_time: int, *, init: bool = False
+) -> dict[str, Any]:
+    """A 1000 MiB pod as Volcano's gpushare Allocate leaves it: gpu-index and predicate-time (ns);
+    `init`: an init container asks as much first."""
+    cuda = {"name": "cuda", "image": "cuda", "resources": {"limits": {MEM: "1000"}}}
     return apiserver.create(
         "pods",
         {
@@ -65,7 +69,8 @@ def share_pod(apiserver: ApiServerEmulator, name: str, gpu: int, predicate_time:
             },
             "spec": {
                 "nodeName": NODE,
-                "containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": {MEM: "1000"}}}],
+                "containers": [cuda],
+                "initContainers": [{**cuda, "name": "prepare"}] if init else [],
             },
         },
     )
@@ -242,6 +247,24 @@ def test_share_rows_are_released_on_deletion_without_pod_resources(
         admit(kubelet, pods[name], daemon)
     apiserver.delete("pods", "late", "ml")
     eventually(lambda: set(ledger_gpus(workdir, MEM)) == {"early"}, daemon)
+
+
+def test_share_app_container_on_the_init_containers_devices_is_served(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """Kubelet hands a finished init container's devices to the pod's next container: an app
+    container asking as many sends the same IDs. It is that container's Allocate, not a repeat:
+    the pod is marked assigned and the next pod of that size gets its own GPU."""
+    now = time.time_ns()
+    staged = share_pod(apiserver, "staged", 0, now, init=True)
+    other = share_pod(apiserver, "other", 1, now + 1000)
+    daemon = launch(start, apiserver, kubelet, workdir)
+    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
+    kubelet.rate_limit_while_admitting = True  # the reuse alone tells the pod
+    admission = admit(kubelet, staged, daemon)
+    assert admission.allocation("cuda", MEM).device_ids == admission.allocation("prepare", MEM).device_ids
+    eventually(lambda: notes(apiserver, "pods", "staged").get("volcano.sh/gpu-assigned") == "true", daemon)
+    assert admit(kubelet, other, daemon).allocation("cuda", MEM).envs["NVIDIA_VISIBLE_DEVICES"] == GPU1
 
 
 # --- vGPU mode -------------------------------------------------------------------------------

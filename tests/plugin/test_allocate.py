@@ -97,6 +97,23 @@ def test_init_container_is_served_first(share: Rig) -> None:
     assert {a.container for a in share.ledger.active()} == {"prepare", "app"}
 
 
+def test_an_app_container_handed_the_init_containers_devices_is_served_not_repeated(number: Rig) -> None:
+    """Kubelet gives a finished init container's devices to the pod's next container first: an app
+    container asking as many sends the same IDs. It is served in its own right, so the pod is
+    complete and the next pod asking one GPU gets its own, not this pod's."""
+    number.pod("staged", [("train", 1)], init=[("prepare", 1)], gpu_index="1", resource=NUM)
+    number.pod("other", [("train", 1)], gpu_index="2", resource=NUM)
+    number.allocator.allocate(["GPU-111"])
+    number.allocator.allocate(["GPU-111"])  # the app container, on the init container's device
+    assert {"volcano.sh/gpu-assigned": "true"} in [e.patch.annotations for e in number.ledger.due()]
+    assert envs(number.allocator.allocate(["GPU-222"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-222"
+    assert sorted((a.pod_name, a.container) for a in number.ledger.active()) == [
+        ("other", "train"),
+        ("staged", "prepare"),
+        ("staged", "train"),
+    ]
+
+
 def test_deleted_foreign_and_assigned_pods_are_not_candidates(share: Rig) -> None:
     gone = share.pod("gone", [("c", 64)], predicate_time=1)
     share.kube.core.delete_namespaced_pod("gone", "ml", grace_period_seconds=0)
