@@ -19,6 +19,7 @@ import pytest
 from deviceplugin.fit import (
     Assigned,
     FitInputError,
+    FitResult,
     MigGeometry,
     MigGroup,
     MigInstance,
@@ -214,7 +215,12 @@ def _device_id(rng: random.Random, uuid: str, geos: list[tuple[list[str], list[g
         return uuid
     groups = [g for _, gs in geos for g in gs]
     name = rng.choice(groups).group if groups and rng.random() < 0.9 else "nogroup"
-    return f"{uuid}[{name}-{rng.choice(['0', '1', '2', '3', '5', '-1', 'x'])}]"
+    slot = f"{name}-{rng.choice(['0', '1', '2', '3', '5', '-1', 'x'])}"
+    # Go reads between the first '[' and the first ']'; odd shapes must read the same here.
+    odd = [f"{uuid}[{slot}]]", f"{uuid}[{slot}][g-9]", f"{uuid}][{slot}]", f"[{slot}]{uuid}"]
+    odd.append(f"{slot}]{uuid}")
+    shapes = [f"{uuid}[{slot}]"] * 6 + odd
+    return rng.choice(shapes)
 
 
 def _booked_pod(rng: random.Random, name: str, uuids: list[str], geos: Any) -> dict[str, Any]:
@@ -222,8 +228,8 @@ def _booked_pod(rng: random.Random, name: str, uuids: list[str], geos: Any) -> d
     for _ in range(rng.randint(1, 2)):
         entries = []
         for _ in range(rng.randint(1, 2)):
-            memory = rng.choice(["1000", "4000", "0", "20000", "-3", "5000000000"])
-            cores = rng.choice(["0", "10", "50", "100"])
+            memory = rng.choice(["1000", "4000", "0", "20000", "-3", "5000000000", "4294967295"])
+            cores = rng.choice(["0", "10", "50", "100", "4294967295"])
             entries.append(f"{_device_id(rng, rng.choice(uuids), geos)},NVIDIA,{memory},{cores}:")
         containers.append("".join(entries))
     notes = {"volcano.sh/vgpu-ids-new": ";".join(containers)}
@@ -436,6 +442,11 @@ def test_cores_that_wrap_negative_never_fit_but_memory_that_wraps_does() -> None
     assert wrapped.ok and wrapped.devices[0][0].memory == -(2**30)  # Go writes int(uint(int32(3Gi)))
     notes = vgpu_bind_annotations(wrapped, "n1", 0, "volcano")
     assert notes["volcano.sh/vgpu-ids-new"] == "GPU-a,NVIDIA,-1073741824,0:"
+    two = fit({go.VGPU_NUMBER: "1", go.VGPU_MEMORY: "3Gi"})
+    both = FitResult(ok=True, devices=(two.devices[0], (), two.devices[0] * 2))
+    assert vgpu_bind_annotations(both, "n1", 0, "volcano")["volcano.sh/devices-to-allocate"] == (
+        "GPU-a,NVIDIA,-1073741824,0:;;GPU-a,NVIDIA,-1073741824,0:GPU-a,NVIDIA,-1073741824,0:"
+    )
     assert wrapped.score == 100 * (float(2**64 - 2**30) / 1000)  # float64 of the wrapped uint counter
 
 
