@@ -32,4 +32,4 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 # capability (docs/deploy.md).
 USER 65532:65532
 ENTRYPOINT ["deviceplugin"]
-CMD ["--help"]
+CMD ["run"]

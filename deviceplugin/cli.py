@@ -57,8 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _upstream_invocation(argv: Sequence[str]) -> list[str]:
+    """The upstream DaemonSets hand the daemon's flags straight to the image (`args:
+    ["--gpu-strategy=number"]`): flags without a command mean `run`, so swapping the image keeps
+    them working."""
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        return ["run", *argv]
+    return list(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_upstream_invocation(sys.argv[1:] if argv is None else argv))
     command: str = args.command
     if command == "run":
         flags = {

@@ -81,6 +81,12 @@ def test_simulate_refuses_a_scenario_that_is_not_pods(tmp_path: Path) -> None:
     assert "every document must be a named Pod" in done.stdout
 
 
+def test_flags_without_a_command_run_the_daemon_as_the_upstream_daemonsets_pass_them() -> None:
+    done = run("--gpu-strategy=bogus")
+    assert done.returncode == 2
+    assert done.stderr.startswith("deviceplugin run:") and "gpu-strategy" in done.stderr
+
+
 def test_unknown_command_is_rejected() -> None:
     done = run("frobnicate")
     assert done.returncode == 2

@@ -97,6 +97,7 @@ def test_dockerfile_builds_in_stages_and_runs_deviceplugin() -> None:
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
     assert ("USER", "65532:65532") in runtime
     assert ("ENTRYPOINT", '["deviceplugin"]') in runtime
+    assert ("CMD", '["run"]') in runtime  # an upstream DaemonSet without args runs the daemon
     install = " ".join(rest for word, rest in runtime if word == "RUN")
     assert "--no-index" in install and "--no-deps" in install and "requirements.txt" in install
     assert f"docker build -t {IMAGE} ." in DOCKERFILE.read_text()
