@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol
@@ -418,6 +418,23 @@ class PodAllocator(Generic[P]):
         release loop asks from the pod cache's thread, which an Allocate may be waiting on)."""
         return self._unverified
 
+    def _awaited(self, listing: Listing, pods: Iterable[Obj]) -> bool:
+        """Kubelet lists a container that asks for the resource and holds none of it yet: an
+        Allocate answer may be on its way to it, its device IDs not in the records yet."""
+        for pod in pods:
+            namespace, name = pod_identity(pod)[1:3]
+            if (namespace, name) not in listing.pods:
+                continue
+            for container in (*objects.init_containers(pod), *objects.containers(pod)):
+                named = objects.container_name(container)
+                if (
+                    self.resource in objects.limits(container)
+                    and listing.lists(namespace, name, named)
+                    and self.resource not in listing.holding(namespace, name, named)
+                ):
+                    return True
+        return False
+
     def reconcile(self, listing: Listing) -> int:
         """Checks the rows kubelet's records have yet to confirm (nothing to do when none): a row
         whose device IDs kubelet lists under another container goes to that container (`swaps`);
@@ -437,6 +454,7 @@ class PodAllocator(Generic[P]):
                 listing,
                 lambda namespace, name: uids.get((namespace, name)),
                 lambda uid: _finished(pods.get(uid)),
+                settled=lambda: not self._awaited(listing, pods.values()),
             )
             self._unverified = frozenset(
                 key

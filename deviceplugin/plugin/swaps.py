@@ -6,7 +6,8 @@ first one kubelet admits may have been served as the other: the ledger row says 
 `List` says pod B holds its device IDs. Re-keying that row to B is only safe once A will never be
 served again from the same placement: either A's own Allocate came and was served as someone else
 (the rows form a cycle, every placement handed out once) or A is gone. A re-key that would free a
-pod still waiting for its Allocate waits for a later pass, when the cycle has closed.
+pod still waiting for its Allocate waits for a later pass, when the cycle has closed. When A left
+after being served as B, B's row holds A's devices, which nobody holds any more: it goes to A.
 """
 
 from __future__ import annotations
@@ -48,13 +49,18 @@ def plan_moves(
     listing: Listing,
     uid_of: Callable[[str, str], str | None],
     finished: Callable[[str], bool],
+    *,
+    settled: Callable[[], bool] = lambda: False,
 ) -> Plan:
     """Checks `rows` against kubelet's records: the re-keys that make them match and are safe
     now, and the rows already right. `live`: every live key of the resource.
 
     `uid_of(namespace, name)` is the UID of a pod on the node (None when the cache lacks it);
-    `finished(uid)`: the pod will get no further Allocate (gone, terminal or terminating).
+    `finished(uid)`: the pod will get no further Allocate (gone, terminal or terminating);
+    `settled()`: no container kubelet lists waits for devices of the resource, so a row whose
+    device IDs nobody holds is not on its way to one.
     """
+    rows = list(rows)
     plan: dict[Key, Move] = {}
     confirmed = set()
     for row in rows:
@@ -63,6 +69,7 @@ def plan_moves(
             confirmed.add(_key(row))
         elif owner is not None and (uid := uid_of(owner[0], owner[1])) is not None:
             plan[_key(row)] = Move(_key(row), uid, *owner)
+    _close_chains(plan, {_key(row): row for row in rows}, listing, finished, settled)
     while True:
         taken = [move.new_key for move in plan.values()]
         unsafe = [
@@ -76,6 +83,32 @@ def plan_moves(
             return Plan(list(plan.values()), confirmed)
         for key in unsafe:
             del plan[key]
+
+
+def _close_chains(
+    plan: dict[Key, Move],
+    rows: Mapping[Key, Allocation],
+    listing: Listing,
+    finished: Callable[[str], bool],
+    settled: Callable[[], bool],
+) -> None:
+    """A chain of moves that starts at a finished pod's row and ends at a row whose device IDs
+    nobody holds (their container is gone: the finished pod's, served as this one) is closed by
+    moving that row to the finished pod, which releases it; else the chain would wait forever,
+    its containers booked where they do not run."""
+    into = {move.new_key: key for key, move in plan.items()}
+    for end in [key for key in into if key not in plan and key in rows]:
+        start, seen = into[end], {end}
+        while start in into and start not in seen:
+            seen.add(start)
+            start = into[start]
+        if start in into or not finished(start[0]):
+            continue  # a cycle, or the chain starts with a pod still to be served
+        vacated = all(listing.holder(end[2], device) is None for device in rows[end].device_ids)
+        if not (vacated and settled()):
+            continue
+        origin = rows[start]
+        plan[end] = Move(end, origin.pod_uid, origin.namespace, origin.pod_name, origin.container)
 
 
 def apply_moves(rows: Iterable[Allocation], moves: Sequence[Move]) -> list[Allocation]:

@@ -230,6 +230,32 @@ def test_share_pod_served_as_one_that_never_comes_is_corrected(
     assert counted(daemon, "volcano_gpu_plugin_allocation_swaps_corrected_total", resource=MEM) == 1
 
 
+def test_share_swap_whose_other_pod_left_is_corrected(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """Both pods served as each other, then one deleted before any check (here: while the daemon
+    was down): nobody holds the other row's devices any more, so the one left gets the row it
+    runs on and is booked on its GPU instead of waiting for a cycle that can no longer close."""
+    now = time.time_ns()
+    pods = {
+        "early": share_pod(apiserver, "early", 0, now),
+        "late": share_pod(apiserver, "late", 1, now + 1000),
+    }
+    daemon = launch(start, apiserver, kubelet, workdir, "--reconcile-interval", "3600")
+    assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
+    kubelet.rate_limit_while_admitting = True
+    for name in ("late", "early"):
+        admit(kubelet, pods[name], daemon)
+    daemon.process.kill()  # no check saw the swap
+    daemon.process.wait()
+    apiserver.delete("pods", "early", "ml")
+    kubelet.release(pods["early"]["metadata"]["uid"])
+    daemon = launch(start, apiserver, kubelet, workdir)
+    eventually(lambda: notes(apiserver, "pods", "late").get("volcano.sh/gpu-index") == "0", daemon)
+    eventually(lambda: ledger_gpus(workdir, MEM) == {"late": GPU0}, daemon)
+    assert "late" in swap_events(apiserver)
+
+
 def test_share_rows_are_released_on_deletion_without_pod_resources(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:

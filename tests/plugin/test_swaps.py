@@ -31,11 +31,18 @@ def listing(*held: tuple[str, str, tuple[str, ...]]) -> Listing:
 
 
 def plan(
-    rows: list[Allocation], listed: Listing, finished: Collection[str] = ()
+    rows: list[Allocation], listed: Listing, finished: Collection[str] = (), *, settled: bool = False
 ) -> tuple[set[tuple[str, str]], set[str]]:
     """The moves as (from UID, to UID), and the UIDs whose rows are confirmed."""
     live = {(r.pod_uid, r.container, r.resource) for r in rows}
-    found = plan_moves(rows, live, listed, lambda ns, name: UIDS.get((ns, name)), lambda uid: uid in finished)
+    found = plan_moves(
+        rows,
+        live,
+        listed,
+        lambda ns, name: UIDS.get((ns, name)),
+        lambda uid: uid in finished,
+        settled=lambda: settled,
+    )
     return {(m.key[0], m.pod_uid) for m in found.moves}, {key[0] for key in found.confirmed}
 
 
@@ -65,6 +72,28 @@ def test_an_open_swap_waits_for_the_other_pods_allocate() -> None:
 def test_a_move_onto_a_container_that_holds_a_row_waits() -> None:
     listed = listing(("b", "main", ("0-1", "0-2")))
     assert plan([A0, B1], listed, finished={"uid-a"}) == (set(), set())
+
+
+def test_a_swap_whose_other_side_is_gone_is_closed() -> None:
+    """b was served as a and a as b; a is gone, so nobody holds the devices of b's row: b's
+    container gets a's row, and b's row goes to a (released with it). Not while an Allocate
+    answer may still be on its way to a listed container (its IDs not yet recorded)."""
+    listed = listing(("b", "main", ("0-1", "0-2")))
+    assert plan([A0, B1], listed, finished={"uid-a"}, settled=True) == (
+        {("uid-a", "uid-b"), ("uid-b", "uid-a")},
+        set(),
+    )
+    assert plan([A0, B1], listed, finished={"uid-a"}, settled=False) == (set(), set())
+    assert plan([A0, B1], listed, settled=True) == (set(), set())  # a may still be served
+
+
+def test_a_longer_chain_whose_first_pod_is_gone_is_closed() -> None:
+    c2 = row("c", 2, ("2-1", "2-2"))
+    listed = listing(("c", "main", ("0-1", "0-2")), ("b", "main", ("2-1", "2-2")))  # a gone
+    assert plan([A0, B1, c2], listed, finished={"uid-a"}, settled=True) == (
+        {("uid-a", "uid-c"), ("uid-c", "uid-b"), ("uid-b", "uid-a")},
+        set(),
+    )
 
 
 def test_rows_kubelet_does_not_list_are_left_alone() -> None:
