@@ -6,8 +6,8 @@ kubelet's pod-resources `List`, polled every `interval_s` (a tenth of a request 
 below kubelet's 100 QPS limit): a row neither whose container nor whose device IDs it shows for
 `grace_s` is released. The same `List` answer first goes to the reconcilers (`add_reconciler`),
 which give rows kubelet's records show under another container to that container
-(`PodAllocator.reconcile`); while a pod has a row they have yet to confirm and `List` answers,
-only that check releases it (its devices may be another pod's container's).
+(`PodAllocator.reconcile`); while a pod has a row they have yet to confirm, only that check
+releases it (its devices may be another pod's container's), unless `List` never answered.
 """
 
 from __future__ import annotations
@@ -66,17 +66,20 @@ class Releaser:
         self.clock = clock
         self.on_released = on_released  # a pod's rows were released: free what it held on the host
         self._absent_since: dict[tuple[str, str, str], float] = {}
-        self._list_fails = False  # the last `List` failed: no check to leave a release to
+        self._warned = False
+        # Kubelet's `List` answered since start; False: asked and never answered (no socket
+        # mounted), so there is no check to leave a release to; None: not asked yet.
+        self._answered: bool | None = None
         self._reconcilers: list[Reconciler] = []
         self._worker = Worker("release", self._run)
         if pods is not None:
             pods.add_listener(self.on_pod)
 
     def _release(self, pod_uid: str, reason: str, *, listed: bool = False) -> None:
-        """`listed`: kubelet's records show nobody holds the rows' devices. Without `List` there
-        is no check to wait for: the pod's rows go now."""
+        """`listed`: kubelet's records show nobody holds the rows' devices. When `List` never
+        answered there is no check to wait for: the pod's rows go now."""
         unverified = (key[0] == pod_uid for r in self._reconcilers for key in r.unverified())
-        if not listed and not self._list_fails and any(unverified):
+        if not listed and self._answered is not False and any(unverified):
             log.info("release left to the pod-resources check", pod_uid=pod_uid, reason=reason)
             return
         if self.ledger.release_pod(pod_uid, reason):
@@ -105,13 +108,15 @@ class Releaser:
         try:
             listing = read_listing(self.pod_resources, LIST_TIMEOUT_S)
         except grpc.RpcError as err:
-            if not self._list_fails:
+            if not self._warned:
                 log.warning(
                     "pod-resources unavailable", socket=str(self.pod_resources), error=err.code().name
                 )
-                self._list_fails = True
+                self._warned = True
+            self._answered = self._answered or False
             return
-        self._list_fails = False
+        self._warned = False
+        self._answered = True
         for reconciler in self._reconcilers:
             try:
                 reconciler.reconcile(listing)
