@@ -22,7 +22,7 @@ from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, VGPU, Daemon, eventually, streaming
-from tests.e2e.test_vgpu import notes, samples
+from tests.e2e.test_vgpu import notes, samples, worker
 
 MEM = "volcano.sh/gpu-memory"
 NUMBER, MEMORY, _ = VGPU
@@ -84,34 +84,7 @@ def vgpu_pod(
     apiserver: ApiServerEmulator, name: str, gpu: int, memory: int, vgpu_time: int
 ) -> dict[str, Any]:
     """One vGPU on `gpu` with `memory` MiB, as Volcano's vGPU bind leaves the pod."""
-    slot = vgpu_slot(gpu, memory)
-    return apiserver.create(
-        "pods",
-        {
-            "metadata": {
-                "name": name,
-                "namespace": "ml",
-                "annotations": {
-                    "volcano.sh/vgpu-node": NODE,
-                    "volcano.sh/vgpu-time": str(vgpu_time),
-                    "volcano.sh/vgpu-ids-new": slot,
-                    "volcano.sh/devices-to-allocate": slot,
-                    "volcano.sh/bind-phase": "allocating",
-                    "volcano.sh/bind-time": str(vgpu_time),
-                },
-            },
-            "spec": {
-                "nodeName": NODE,
-                "containers": [
-                    {
-                        "name": "worker",
-                        "image": "cuda",
-                        "resources": {"limits": {NUMBER: "1", MEMORY: str(memory)}},
-                    }
-                ],
-            },
-        },
-    )
+    return worker(apiserver, name, memory, 0, vgpu_time, gpu=UUIDS[gpu])
 
 
 def admit(kubelet: KubeletEmulator, pod: dict[str, Any], daemon: Daemon, first: str = "") -> Admission:

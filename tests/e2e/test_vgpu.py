@@ -55,10 +55,10 @@ def launch(
 
 
 def worker(
-    apiserver: ApiServerEmulator, name: str, memory: int, cores: int, vgpu_time: int
+    apiserver: ApiServerEmulator, name: str, memory: int, cores: int, vgpu_time: int, *, gpu: str = GPU0
 ) -> dict[str, Any]:
-    """A one-container pod as the scheduler leaves it after a vGPU bind on GPU 0 of node-1."""
-    devices = f"{GPU0},NVIDIA,{memory},{cores}:"
+    """A one-container pod as the scheduler leaves it after a vGPU bind on `gpu` (a UUID) of node-1."""
+    devices = f"{gpu},NVIDIA,{memory},{cores}:"
     limits = {NUMBER: "1", MEMORY: str(memory)} | ({CORES: str(cores)} if cores else {})
     return apiserver.create(
         "pods",
