@@ -373,8 +373,8 @@ class PodAllocator(Generic[P]):
                 ),
                 patches,
             )
-            if not sure or self._unverified:
-                self._unverified |= {(pod.uid, need.name, self.resource)}
+            if not sure or self._unverified:  # keys of released rows go: without `List` none is confirmed
+                self._unverified = (self._unverified & served_keys) | {(pod.uid, need.name, self.resource)}
         if patches:
             self.on_outbox()
         self._note_mismatch(served, kubelet_gpus)

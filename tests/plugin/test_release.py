@@ -51,3 +51,16 @@ def test_while_list_is_briefly_away_a_deletion_waits_for_it(share: Rig, tmp_path
     loop.check_with_kubelet()  # kubelet away (a restart): List fails for now
     delete(share, name)
     assert [row.pod_name for row in share.ledger.active()] == [name]
+
+
+def test_without_list_unconfirmed_rows_do_not_pile_up(share: Rig, tmp_path: Path) -> None:
+    """Without `List` nothing confirms a row, so every later row stays unconfirmed too: those of
+    pods that are gone must not be kept for the daemon's lifetime."""
+    name = unconfirmed_row(share)
+    loop = releaser(share, tmp_path / "absent.sock")
+    loop.check_with_kubelet()
+    delete(share, name)
+    share.allocator.allocate(ids(0, 0, 100))  # the other pod
+    assert share.allocator.unverified() == {
+        (row.pod_uid, "cuda", row.resource) for row in share.ledger.active()
+    }
