@@ -219,14 +219,17 @@ def test_kill_9_mid_stream_loses_and_doubles_nothing(
     daemon = launch(start, apiserver, kubelet, workdir)
     pods = [make_pod(apiserver, f"p{n:02d}", 64, predicate_time=n) for n in range(30)]
     results: dict[str, Admission] = {}
+    eight_in = threading.Event()
 
     def admit_all() -> None:
         for pod in pods:
             results[pod["metadata"]["name"]] = kubelet.admit(pod)
+            if len(results) == 8:
+                eight_in.set()  # wakes the killer at once: polling for it let all 30 through under load
 
     feeder = threading.Thread(target=admit_all)
     feeder.start()
-    eventually(lambda: len(results) >= 8, daemon)
+    assert eight_in.wait(TIMEOUT_S), daemon.output()
     daemon.process.send_signal(signal.SIGKILL)
     feeder.join(TIMEOUT_S * 2)
     admitted = {name for name, result in results.items() if result.admitted}
