@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,20 +15,12 @@ from deviceplugin.kube.handshake import Handshake, Value, classify, reported
 from deviceplugin.kube.node import NodeWatch
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
+from tests.kube.waiting import WAIT_S, wait_for
 from tests.volcano_handshake import VolcanoHandshake, stamp
 
-WAIT_S = 20.0
 NODE_PATH = "/api/v1/nodes/node-a"
 NOW = datetime.datetime(2026, 3, 1, 8, 30, 5)
 
-
-def wait_for(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ kubelet re-registration)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,20 +18,12 @@ from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
+from tests.kube.waiting import WAIT_S, wait_for
 
-WAIT_S = 20.0
 GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=10989) for i in range(3))
 NODE_PATH = "/api/v1/nodes/node-a"
 NODE_LIST = "fieldSelector=metadata.name"  # the watch's list and watch requests, not the reads
 
-
-def wait_for(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture
