@@ -6,6 +6,11 @@ resourceVersion; a watch that ends is resumed from the last version seen, a 410 
 or a broken stream leads to a fresh list, and failures back off exponentially. Readers get a
 consistent snapshot, can wait (bounded) for a condition to become true, and can ask how stale the
 cache may be.
+
+No single object stops the loop: an object that cannot be keyed, or that a listener fails on
+(whatever it raises), is reported to `rejections` and the next one is processed. Any other
+unexpected failure is logged, counted (`failures`) and followed by a fresh list after a back-off;
+the cache reads as not synced meanwhile, and for good if its thread ever ends.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 from typing import Self
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
+from deviceplugin.kube.rejections import Rejections, describe
 from deviceplugin.logs import get_log
 from deviceplugin.worker import Worker
 
@@ -72,6 +78,8 @@ class ListWatchCache:
         self._stream: WatchStream | None = None
         self._worker = Worker(f"{what}-cache", self._run, interrupt=self._close_stream)
         self._listeners: list[Callable[[str, Obj], None]] = []
+        self.rejections = Rejections(what)
+        self._failures = 0
 
     # --- readers ------------------------------------------------------------------------------
 
@@ -97,6 +105,12 @@ class ListWatchCache:
                 return 0.0 if self._watching else float("inf")
             return self._clock() - self._current_since
 
+    @property
+    def failures(self) -> int:
+        """Unexpected failures of the loop since start (each followed by a fresh list)."""
+        with self._cond:
+            return self._failures
+
     def wait_until(self, predicate: Callable[[Self], bool], timeout_s: float) -> bool:
         """Block until `predicate(self)` holds (re-checked on every change) or the timeout."""
         deadline = time.monotonic() + timeout_s
@@ -114,12 +128,18 @@ class ListWatchCache:
     def add_listener(self, listener: Callable[[str, Obj], None]) -> None:
         """Call `listener(kind, obj)` for every ADDED, MODIFIED and DELETED object (one missing from
         a relist counts as DELETED; every one present in a relist as MODIFIED), from the cache's
-        thread, after the cache has changed and before `wait_until` waiters re-check."""
+        thread, after the cache has changed and before `wait_until` waiters re-check. Whatever a
+        listener raises is reported to `rejections` against the object; the others still run."""
         self._listeners.append(listener)
 
     def _notify(self, kind: str, obj: Obj) -> None:
         for listener in self._listeners:
-            listener(kind, obj)
+            try:
+                listener(kind, obj)
+            except Exception as err:  # one object a reader fails on must not stop the cache
+                self.rejections.reject(obj, err)
+        if kind == "DELETED":
+            self.rejections.forget(obj)
 
     def _wake_waiters(self) -> None:
         # After the listeners: a waiter's predicate may read what a listener keeps.
@@ -151,11 +171,20 @@ class ListWatchCache:
                 self._current_since = self._clock()
             self._cond.notify_all()
 
-    def _wanted(self, obj: Obj) -> bool:
-        return self._keep is None or self._keep(obj)
+    def _place(self, obj: Obj) -> tuple[str, bool] | None:
+        """The object's key and whether it is kept; None (reported) when it cannot be read."""
+        try:
+            return self._key(obj), self._keep is None or self._keep(obj)
+        except Exception as err:
+            self.rejections.reject(obj, err)
+            return None
 
     def _replace(self, items: list[Obj]) -> None:
-        mine = {self._key(obj): obj for obj in items if self._wanted(obj)}
+        mine: dict[str, Obj] = {}
+        for obj in items:
+            where = self._place(obj)
+            if where is not None and where[1]:
+                mine[where[0]] = obj
         with self._cond:
             gone = [obj for key, obj in self._objects.items() if key not in mine]
             self._objects = mine
@@ -172,8 +201,10 @@ class ListWatchCache:
             code = int(obj.get("code") or 0)
             raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "watch error")))
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            key = self._key(obj)
-            present = kind != "DELETED" and self._wanted(obj)
+            where = self._place(obj)
+            if where is None:
+                return ""
+            key, present = where[0], kind != "DELETED" and where[1]
             with self._cond:
                 if present:
                     self._objects[key] = obj
@@ -196,6 +227,16 @@ class ListWatchCache:
         return version
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # however the loop ends, nobody may take the cache as current any more
+            self._set_watching(False)
+
+    def _pause(self, backoff: float) -> float:
+        self._worker.stopping.wait(backoff)
+        return min(backoff * 2, BACKOFF_MAX_S)
+
+    def _loop(self) -> None:
         backoff = BACKOFF_START_S
         while not self._worker.stopping.is_set():
             try:
@@ -218,12 +259,18 @@ class ListWatchCache:
                     log.info(f"{self._what} watch expired, listing again", error=str(err))
                     continue
                 log.warning(f"{self._what} cache lost the API server", error=str(err), retry_s=backoff)
-                self._worker.stopping.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                backoff = self._pause(backoff)
+            except Exception as err:  # a bug: start over from a fresh list rather than end the loop
+                self._set_watching(False)
+                if self._worker.stopping.is_set():
+                    break
+                with self._cond:
+                    self._failures += 1
+                log.error(f"{self._what} cache failed, listing again", error=describe(err), retry_s=backoff)
+                backoff = self._pause(backoff)
             finally:
                 with self._cond:
                     self._stream = None
-        self._set_watching(False)
 
 
 class PodCache(ListWatchCache):

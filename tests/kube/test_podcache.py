@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from deviceplugin.kube.api import Kube, Obj
-from deviceplugin.kube.podcache import PodCache
+from deviceplugin.kube.podcache import ListWatchCache, PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object, pod_object
 
@@ -119,3 +119,68 @@ def test_stop_ends_a_blocked_watch_promptly(apiserver: ApiServerEmulator, kube: 
     assert pods.wait_synced(WAIT_S)
     pods.stop()
     assert not pods.synced
+
+
+def test_a_listener_failing_on_one_pod_costs_only_that_pod(
+    cache: PodCache, apiserver: ApiServerEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever a listener raises on one pod (a reader's bug), the cache, the other listeners and
+    every other pod go on; the pod is reported once, however often it changes."""
+    seen: list[str] = []
+
+    def buggy(kind: str, pod: Obj) -> None:
+        if pod["metadata"]["name"] == "poison":
+            raise RuntimeError("a bug reading this pod")
+
+    cache.add_listener(buggy)
+    cache.add_listener(lambda kind, pod: seen.append(pod["metadata"]["name"]))
+    apiserver.create("pods", pod_object("poison", "node-a"))
+    apiserver.patch("pods", "poison", {"metadata": {"labels": {"again": "yes"}}}, "default")
+    apiserver.create("pods", pod_object("good", "node-a"))
+    assert cache.wait_until(lambda c: "good" in seen, WAIT_S)
+    assert seen.count("poison") == 2 and names(cache) == {"early", "poison", "good"}
+    assert cache.synced and cache.rejections.count == 1 and cache.failures == 0
+    (line,) = [r for r in caplog.records if r.getMessage() == "pod rejected"]
+    fields = line.fields  # type: ignore[attr-defined]
+    assert fields["pod"] == "default/poison" and "RuntimeError" in fields["reason"]
+    assert "a bug reading this pod" in fields["reason"]
+
+
+def test_an_unexpected_failure_of_the_loop_is_counted_and_it_lists_again(
+    apiserver: ApiServerEmulator, kube: Kube
+) -> None:
+    selector = "spec.nodeName=node-a"
+    lists: list[int] = []
+
+    def lister() -> tuple[list[Obj], str]:
+        lists.append(1)
+        if len(lists) == 1:
+            raise RuntimeError("a bug in the list")
+        return kube.list_pods(selector)
+
+    apiserver.create("nodes", node_object("node-a"))
+    apiserver.create("pods", pod_object("early", "node-a"))
+    pods = ListWatchCache("pod", lister, lambda version, s: kube.watch_pods(selector, version, s))
+    pods.start()
+    try:
+        assert pods.wait_synced(WAIT_S)
+        assert len(pods.objects()) == 1 and pods.failures == 1 and len(lists) == 2
+    finally:
+        pods.stop()
+
+
+class Fatal(BaseException):
+    """Ends a thread the way nothing in the cache may catch (as SystemExit would)."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_cache_whose_thread_ended_is_not_synced(cache: PodCache, apiserver: ApiServerEmulator) -> None:
+    """Readiness reads `synced`: a dead cache must never look current."""
+
+    def fatal(kind: str, pod: Obj) -> None:
+        if pod["metadata"]["name"] == "fatal":
+            raise Fatal()
+
+    cache.add_listener(fatal)
+    apiserver.create("pods", pod_object("fatal", "node-a"))
+    assert cache.wait_until(lambda c: not c.synced, WAIT_S)
