@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from deviceplugin.kube.cachemetrics import cache_metrics
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.daemon import Daemon
 
@@ -153,6 +154,7 @@ class DaemonCollector(Collector):
                 "How long the pod cache may have missed changes (0 while its watch is open)",
                 value=services.kube.pods.staleness_s(),
             )
+            yield from cache_metrics(PLUGIN, (services.kube.pods, services.kube.watch))
         if daemon.api is not None:
             errors = CounterMetricFamily(
                 f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", labels=["call", "status"]

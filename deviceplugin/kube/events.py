@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, retry
 from deviceplugin.logs import get_log
@@ -27,7 +29,7 @@ class Involved:
     uid: str = ""
 
     @classmethod
-    def pod(cls, pod: Obj) -> Involved:
+    def pod(cls, pod: Mapping[str, Any]) -> Involved:
         meta = pod.get("metadata", {})
         return cls("Pod", meta.get("name", ""), meta.get("namespace") or "default", meta.get("uid", ""))
 

@@ -184,7 +184,7 @@ class PodAllocator(Generic[P]):
         self.timeout_s = timeout_s
         self.stats = stats or AllocationStats()
         self.on_outbox = on_outbox  # patches were queued: the outbox worker can send them now
-        self.pending: PendingPods[P] = PendingPods(self._read_pod)
+        self.pending: PendingPods[P] = PendingPods(self._read_pod, pods.rejections)
         self.pending.follow(pods)
         self.identifier = Identifier(self.resource, pod_resources, self.stats.resolved)
         # Rows kubelet's records have yet to confirm: those recorded when the pod could not be told

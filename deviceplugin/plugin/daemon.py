@@ -36,6 +36,7 @@ from deviceplugin.plugin.gpushare import GpushareAllocator
 from deviceplugin.plugin.hook import HookPath
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.plugin.outbox import OutboxWorker
+from deviceplugin.plugin.pending import asks_for
 from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.server import PluginServer
@@ -188,6 +189,14 @@ class KubeSide:
                 events.warning(about, "GpuUnhealthy", message)
 
         gpu.health.add_listener(on_health)
+        served = tuple(resource.name for resource in RESOURCES[config.gpu_strategy])
+
+        def on_rejected(pod: Mapping[str, Any], reason: str) -> None:
+            if asks_for(pod, served):  # its owner waits for GPUs: say why none come
+                message = f"pod not served on node {config.node_name}: {reason}"
+                events.warning(Involved.pod(pod), "GpuPodRejected", message)
+
+        pods.rejections.add_hook(on_rejected)
         handshake = None
         if config.gpu_strategy == "vgpu":  # answering Volcano's requests needs no flag
             handshake = Handshake(

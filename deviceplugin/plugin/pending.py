@@ -14,6 +14,11 @@ its watch of `spec.nodeName=<node>` delivers one at a time, in the order they be
 same bindings in the same order, so each pod is ranked by when it first appeared there: pods seen
 in one list (the daemon's start, a relist) form one group, ordered by creation time; then the
 strategy's rank (scheduler time, UID) breaks ties.
+
+A pod that cannot be read (whatever the strategy's reader raises) is no candidate, and one read
+with a `problem` stays one so its Allocate answers with the problem; either is reported once to
+the pod cache's `rejections` (a log line, a count, an Event where it asks for GPUs) and costs no
+other pod anything.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import bisect
 import operator
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -29,10 +34,8 @@ from deviceplugin.fit import objects
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.quantity import parse_quantity
 from deviceplugin.kube.podcache import PodCache
+from deviceplugin.kube.rejections import Rejections
 from deviceplugin.ledger import Key
-from deviceplugin.logs import get_log
-
-log = get_log(__name__)
 
 Obj = Mapping[str, object]
 
@@ -84,6 +87,16 @@ def whole_units(container: Obj, resource: str) -> int:
     return amount.numerator
 
 
+def asks_for(pod: Obj, resources: Collection[str]) -> bool:
+    """Whether a container of the pod limits one of `resources` (False when its containers cannot
+    be read)."""
+    try:
+        containers = (*objects.init_containers(pod), *objects.containers(pod))
+        return any(name in objects.limits(container) for container in containers for name in resources)
+    except FitInputError:
+        return False
+
+
 def pod_identity(pod: Obj) -> tuple[str, str, str, str]:
     """UID, namespace, name and creation time."""
     meta = objects.metadata(pod)
@@ -118,8 +131,9 @@ class PendingPods(Generic[P]):
     """The pods that may still need the resource, in serving order, kept from the pod cache's
     events: resolution walks only the candidates, from the earliest, instead of every pod."""
 
-    def __init__(self, parse: Callable[[Obj], P | None]) -> None:
+    def __init__(self, parse: Callable[[Obj], P | None], rejections: Rejections) -> None:
         self._read = parse  # None: not a candidate (served, finished, asks for nothing here)
+        self._rejections = rejections
         self._lock = threading.Lock()
         self._by_uid: dict[str, Entry[P]] = {}
         self._ordered: list[Entry[P]] = []  # the values of _by_uid, sorted by key
@@ -145,10 +159,14 @@ class PendingPods(Generic[P]):
     def _parse(self, pod: Obj) -> P | None:
         try:
             parsed = self._read(pod)
-        except FitInputError as err:  # not a pod the API server would hold: ignore it, loudly
-            log.warning("pod unreadable", pod=objects.namespaced_name(pod), error=str(err))
+        except Exception as err:  # malformed, or a bug reading it: this pod alone is left out
+            self._rejections.reject(pod, err)
             return None
-        return parsed if parsed is not None and parsed.needs else None
+        if parsed is None or not parsed.needs:
+            return None
+        if parsed.problem:
+            self._rejections.reject(pod, parsed.problem)
+        return parsed
 
     def _arrived(self, uid: str, listed: bool) -> int:
         """The pod's arrival group: a new one per pod a watch brings (its binding), one shared by

@@ -60,7 +60,7 @@ def make_pod(
     units: int,
     *,
     gpu_index: str = "0",
-    predicate_time: int = 1,
+    predicate_time: int | str = 1,
     containers: list[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     def container(n: str, u: int) -> dict[str, Any]:

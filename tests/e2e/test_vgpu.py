@@ -55,11 +55,19 @@ def launch(
 
 
 def worker(
-    apiserver: ApiServerEmulator, name: str, memory: int, cores: int, vgpu_time: int, *, gpu: str = GPU0
+    apiserver: ApiServerEmulator,
+    name: str,
+    memory: int,
+    cores: int,
+    vgpu_time: int | str,
+    *,
+    gpu: str = GPU0,
+    number: int = 1,
 ) -> dict[str, Any]:
-    """A one-container pod as the scheduler leaves it after a vGPU bind on `gpu` (a UUID) of node-1."""
+    """A one-container pod as the scheduler leaves it after a vGPU bind on `gpu` (a UUID) of node-1
+    (one device entry, whatever `number` the container limits)."""
     devices = f"{gpu},NVIDIA,{memory},{cores}:"
-    limits = {NUMBER: "1", MEMORY: str(memory)} | ({CORES: str(cores)} if cores else {})
+    limits = {NUMBER: str(number), MEMORY: str(memory)} | ({CORES: str(cores)} if cores else {})
     return apiserver.create(
         "pods",
         {

@@ -1,0 +1,48 @@
+"""Prometheus series of list+watch caches, shared by the daemon's and the extender's `/metrics`:
+objects rejected (unreadable, counted once per object and reason) and unexpected loop failures,
+by the kind of object the cache holds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from deviceplugin.kube.podcache import ListWatchCache
+
+
+def cache_metrics(prefix: str, caches: Iterable[ListWatchCache]) -> Iterator[Metric]:
+    rejected: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    for cache in caches:
+        kind = cache.rejections.kind
+        rejected[kind] += cache.rejections.count
+        failures[kind] += cache.failures
+    rejected_family = CounterMetricFamily(
+        f"{prefix}_objects_rejected",
+        "API objects that could not be read (malformed, or a bug reading them), each once per reason; "
+        "every other object is still processed",
+        labels=["kind"],
+    )
+    failures_family = CounterMetricFamily(
+        f"{prefix}_cache_failures",
+        "Unexpected failures of a list+watch cache (each followed by a fresh list after a back-off)",
+        labels=["kind"],
+    )
+    for kind in sorted(rejected):
+        rejected_family.add_metric([kind], rejected[kind])
+        failures_family.add_metric([kind], failures[kind])
+    yield from (rejected_family, failures_family)
+
+
+class CacheCollector(Collector):
+    """`cache_metrics` for a registry of its own (the extender's)."""
+
+    def __init__(self, prefix: str, caches: Iterable[ListWatchCache]) -> None:
+        self.prefix = prefix
+        self.caches = tuple(caches)
+
+    def collect(self) -> Iterator[Metric]:
+        return cache_metrics(self.prefix, self.caches)
