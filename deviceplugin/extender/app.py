@@ -11,17 +11,21 @@ import threading
 from types import TracebackType
 from typing import Self
 
+from prometheus_client import CollectorRegistry
+
 from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.http import ExtenderHttpServer
 from deviceplugin.extender.inventory import Inventory
 from deviceplugin.extender.service import ExtenderService
 from deviceplugin.kube.api import Kube, Obj, load_client
+from deviceplugin.kube.cachemetrics import CacheCollector
 from deviceplugin.kube.podcache import NodeCache, PodCache
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
 
 SYNC_TIMEOUT_S = 30.0
+METRICS_PREFIX = "volcano_gpu_extender"
 
 
 class CachePodFinder:
@@ -55,9 +59,11 @@ class Extender:
     ) -> None:
         self.config = config
         self.kube = kube if kube is not None else Kube(load_client(config.kubeconfig))
-        self.inventory = Inventory(config.strategy, config.compat)
         self.nodes = NodeCache(self.kube)
         self.pods = PodCache(self.kube, None)
+        self.inventory = Inventory(
+            config.strategy, config.compat, nodes=self.nodes.rejections, pods=self.pods.rejections
+        )
         self.nodes.add_listener(self.inventory.on_node)
         self.pods.add_listener(self.inventory.on_pod)
         self.service = ExtenderService(
@@ -67,7 +73,9 @@ class Extender:
             binder=self.kube.bind_pod,
             ready=self.synced,
         )
-        self.http = ExtenderHttpServer(self.service, address or config.address)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(CacheCollector(METRICS_PREFIX, (self.nodes, self.pods)))
+        self.http = ExtenderHttpServer(self.service, address or config.address, registry)
 
     def synced(self) -> bool:
         return self.nodes.synced and self.pods.synced

@@ -1,5 +1,6 @@
 """The extender's HTTP server: POST /filter, /prioritize, /bind (JSON); GET /healthz (alive: the
-server answers) and /readyz (503 until the node and pod caches have synced).
+server answers), /readyz (503 until the node and pod caches have synced, and while either is
+down) and /metrics (Prometheus text).
 
 HTTP/1.1 with keep-alive (kube-scheduler reuses its connections), one thread per connection.
 The verb is the last path segment, so a `urlPrefix` with a path (`http://host:8888/gpu`) works.
@@ -14,6 +15,8 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from deviceplugin.extender.config import split_address
 from deviceplugin.extender.protocol import BadRequest, parse_binding_args, parse_extender_args
@@ -32,10 +35,15 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128  # the default 5 resets bursts of connections
 
     def __init__(
-        self, address: tuple[str, int], service: ExtenderService, family: socket.AddressFamily
+        self,
+        address: tuple[str, int],
+        service: ExtenderService,
+        family: socket.AddressFamily,
+        registry: CollectorRegistry,
     ) -> None:
         self.address_family = family
         self.service = service
+        self.registry = registry
         super().__init__(address, _Handler)
 
 
@@ -48,9 +56,11 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http", request=format % args)
 
     def _reply(self, status: int, body: object) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        self._send(status, json.dumps(body, separators=(",", ":")).encode(), "application/json")
+
+    def _send(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -68,6 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(
                 HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if ready else "syncing"
             )
+            return
+        if verb == "metrics":
+            self._send(HTTPStatus.OK, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
             return
         if verb in ("filter", "prioritize", "bind"):
             self._reply(HTTPStatus.METHOD_NOT_ALLOWED, {"Error": f"{verb} takes POST"})
@@ -133,13 +146,19 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ExtenderHttpServer:
-    """Serves an `ExtenderService` on `address` (`HOST:PORT`, `:PORT`; port 0 picks a free one)."""
+    """Serves an `ExtenderService` on `address` (`HOST:PORT`, `:PORT`; port 0 picks a free one),
+    and `registry` on /metrics."""
 
-    def __init__(self, service: ExtenderService, address: str) -> None:
+    def __init__(
+        self, service: ExtenderService, address: str, registry: CollectorRegistry | None = None
+    ) -> None:
         host, port = split_address(address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._server = _Server(
-            (host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port), service, family
+            (host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port),
+            service,
+            family,
+            registry or CollectorRegistry(auto_describe=False),
         )
         self._thread: threading.Thread | None = None
 

@@ -12,6 +12,10 @@ Every `NodeView` has its own lock; a fit, a bind's fit-and-assume and every cach
 node happen under it. A bind *assumes* its pod at once (books it with the annotations it is about
 to write), so the next fit on that node counts it even before the watch shows the bound pod;
 events that still show the pod unbound are stale and leave the assumption alone.
+
+A node or pod that cannot be read, whatever the fit library raises on it, costs only itself: the
+node has no usable GPUs (its filter reason says why), the pod books nothing, and either is
+reported once to its cache's `Rejections` (a log line and a count on `/metrics`).
 """
 
 from __future__ import annotations
@@ -37,9 +41,7 @@ from deviceplugin.fit import (
 from deviceplugin.fit import keys as fitkeys
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Obj
-from deviceplugin.logs import get_log
-
-log = get_log(__name__)
+from deviceplugin.kube.rejections import Rejections, describe
 
 _CAPACITY_KEYS = (fitkeys.GPU_MEMORY, fitkeys.GPU_NUMBER)
 _ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORES)
@@ -140,11 +142,21 @@ class Devices:
 
 
 class Inventory:
-    """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`)."""
+    """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`); what
+    cannot be read goes to `nodes` and `pods` (the caches' `rejections`)."""
 
-    def __init__(self, strategy: Strategy, compat: Compat = None) -> None:
+    def __init__(
+        self,
+        strategy: Strategy,
+        compat: Compat = None,
+        *,
+        nodes: Rejections | None = None,
+        pods: Rejections | None = None,
+    ) -> None:
         self.devices = Devices(strategy, compat)
         self.compat = compat
+        self.rejected_nodes = nodes or Rejections("node")
+        self.rejected_pods = pods or Rejections("pod")
         self._views: dict[str, NodeView] = {}
         self._pod_nodes: dict[str, str] = {}  # UID -> node it is booked on
         self._lock = threading.Lock()  # guards the two dicts above (not the views' contents)
@@ -189,9 +201,9 @@ class Inventory:
             config = VgpuConfig(memory_factor=memory_factor(node))
             gpus = self.devices.build(node, config)
             error = ""
-        except FitInputError as err:
-            config, gpus, error = VgpuConfig(), [], f"node {view.name}: {err}"
-            log.warning("node GPUs unreadable", node=view.name, error=str(err))
+        except Exception as err:  # malformed, or a bug reading it: this node alone has no GPUs
+            config, gpus, error = VgpuConfig(), [], f"node {view.name}: {describe(err)}"
+            self.rejected_nodes.reject(node, err)
         view.config, view.gpus, view.error = config, gpus, error
         for pod in view.pods.values():
             self._add(view, pod)
@@ -206,8 +218,8 @@ class Inventory:
         target = pod_node(pod)
         try:
             holds = kind != "DELETED" and bool(target) and holds_gpus(pod, self.compat)
-        except FitInputError as err:
-            log.warning("pod unreadable", pod=uid, error=str(err))
+        except Exception as err:
+            self.rejected_pods.reject(pod, err)
             holds = False
         with self._lock:
             previous = self._pod_nodes.get(uid)
@@ -264,6 +276,8 @@ class Inventory:
     def _add(self, view: NodeView, pod: Obj) -> None:
         try:
             self.devices.add(view.gpus, pod, view.config)
-        except FitInputError as err:
-            # The pod's annotations cannot say which GPU it holds; nothing can be booked for it.
-            log.warning("pod GPU annotations unreadable", node=view.name, pod=pod_uid(pod), error=str(err))
+        except Exception as err:
+            # The pod's annotations cannot say which GPU it holds: nothing is booked for it, not
+            # even what a reader that failed half-way had booked.
+            self.devices.remove(view.gpus, pod_uid(pod), view.config)
+            self.rejected_pods.reject(pod, err)
