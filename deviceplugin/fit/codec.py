@@ -11,17 +11,14 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from deviceplugin.fit import keys
+from deviceplugin.fit import goint, keys
+from deviceplugin.fit.bounds import MAX_NODE_GPUS, parse_decimal, shown
 from deviceplugin.fit.errors import GpuIndexError, NodeRegisterError, PodDevicesError
 from deviceplugin.fit.model import Assigned, Compat, GpuState, is_volcano_compat
 
 Dialect = Literal["volcano", "hami"]
 DIALECTS = ("volcano", "hami")
 
-# ASCII digits only: `\d` would also accept other scripts' digits, which Go and Kubernetes reject.
-_DIGITS = re.compile(r"[0-9]+")
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_UINT32_MAX = 2**32 - 1
 _SEPARATORS = (",", ":", ";")
 _GO_BOOL = {
     "1": True,
@@ -38,19 +35,6 @@ _GO_BOOL = {
     "False": False,
 }
 _MIG_ID = re.compile(r"(?P<uuid>[^\[\]]+)\[(?P<group>[^\[\]]+)-(?P<position>[0-9]+)\]")
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def go_atoi(text: str) -> tuple[int, bool]:
-    """Go's `strconv.Atoi` on 64 bits: (value, ok). Only an optional sign and ASCII digits parse;
-    a syntax error gives (0, False), an out-of-range number its clamped value and False."""
-    if not _GO_INT.fullmatch(text):
-        return 0, False
-    value = int(text)
-    clamped = min(max(value, _INT64_MIN), _INT64_MAX)
-    return clamped, clamped == value
 
 
 def _check_field(value: str, what: str, error: type[ValueError]) -> str:
@@ -77,13 +61,11 @@ def format_gpu_index(indices: Iterable[int]) -> str:
 
 
 def _parse_indices(value: str) -> list[int]:
-    items = [item.strip() for item in value.split(",")]
-    bad = [item for item in items if not _DIGITS.fullmatch(item)]
-    if bad:
-        raise GpuIndexError(
-            f"GPU index list {value!r}: {bad[0]!r} is not a GPU index (want comma-separated integers)"
-        )
-    return [int(item) for item in items]
+    where = f"GPU index list {shown(value)} (want comma-separated integers): item"
+    return [
+        parse_decimal(item.strip(), where, GpuIndexError, meaning="a GPU index", kind="a GPU index")
+        for item in value.split(",")
+    ]
 
 
 def parse_gpu_index(value: str) -> list[int]:
@@ -91,13 +73,13 @@ def parse_gpu_index(value: str) -> list[int]:
     twice, is an error."""
     indices = _parse_indices(value)
     if len(set(indices)) != len(indices):
-        raise GpuIndexError(f"GPU index list {value!r} names a GPU twice")
+        raise GpuIndexError(f"GPU index list {shown(value)} names a GPU twice")
     return indices
 
 
 def parse_gpu_index_volcano(value: str) -> list[int] | None:
     """Volcano's reading of `gpu-index`: Atoi per item; any failure discards the whole list."""
-    parsed = [go_atoi(item) for item in value.split(",")]
+    parsed = [goint.parse_int(item) for item in value.split(",")]
     return [index for index, _ in parsed] if all(ok for _, ok in parsed) else None
 
 
@@ -108,7 +90,7 @@ def parse_unhealthy_ids(value: str, compat: Compat = None) -> frozenset[int]:
     health cannot be read must not be treated as healthy.
     """
     if is_volcano_compat(compat):
-        parsed = (go_atoi(item) for item in value.split(","))
+        parsed = (goint.parse_int(item) for item in value.split(","))
         return frozenset(index for index, ok in parsed if ok)
     if not value.strip():
         return frozenset()
@@ -138,8 +120,10 @@ def decode_mig_id(device_id: str) -> tuple[str, str, int]:
     """(card UUID, group, position) of a MIG device ID."""
     match = _MIG_ID.fullmatch(device_id)
     if match is None:
-        raise PodDevicesError(f"device {device_id!r} is not a MIG device ID (UUID[group-position])")
-    return match["uuid"], match["group"], int(match["position"])
+        raise PodDevicesError(f"device {shown(device_id)} is not a MIG device ID (UUID[group-position])")
+    where = f"MIG device {shown(device_id)}: position"
+    position = parse_decimal(match["position"], where, PodDevicesError, meaning="an int64")
+    return match["uuid"], match["group"], position
 
 
 def decode_mig_id_volcano(device_id: str) -> tuple[str, int] | None:
@@ -150,7 +134,7 @@ def decode_mig_id_volcano(device_id: str) -> tuple[str, int] | None:
     parts = device_id[start + 1 : end].split("-")
     if len(parts) != 2:
         return None
-    position, ok = go_atoi(parts[1])
+    position, ok = goint.parse_int(parts[1])
     return (parts[0], position) if ok else None
 
 
@@ -197,22 +181,26 @@ def encode_pod_devices_volcano(containers: Iterable[Iterable[Assigned]]) -> str:
 
 def _decode_entry(entry: str, where: str) -> Assigned:
     fields = entry.split(",")
+    where = f"{where} {shown(entry)}:"
     if len(fields) != 4:
-        raise PodDevicesError(f"{where} {entry!r}: expected 4 fields UUID,Type,Memory,Cores")
+        raise PodDevicesError(f"{where} expected 4 fields UUID,Type,Memory,Cores")
     uuid, kind, memory, cores = fields
     if not uuid or not kind:
-        raise PodDevicesError(f"{where} {entry!r}: empty UUID or type")
-    for name, text in (("memory", memory), ("cores", cores)):
-        if not _DIGITS.fullmatch(text):
-            raise PodDevicesError(f"{where} {entry!r}: {name} {text!r} is not a non-negative integer")
-    return Assigned(uuid=uuid, index=None, type=kind, memory=int(memory), cores=int(cores))
+        raise PodDevicesError(f"{where} empty UUID or type")
+    return Assigned(
+        uuid=uuid,
+        index=None,
+        type=kind,
+        memory=parse_decimal(memory, f"{where} memory", PodDevicesError, meaning="an int64"),
+        cores=parse_decimal(cores, f"{where} cores", PodDevicesError, meaning="an int64"),
+    )
 
 
 def _decode_container(segment: str, number: int) -> list[Assigned]:
     if not segment:
         return []
     if not segment.endswith(":"):
-        raise PodDevicesError(f"container {number} {segment!r}: every device must end with ':'")
+        raise PodDevicesError(f"container {number} {shown(segment)}: every device must end with ':'")
     entries = segment[:-1].split(":")
     return [_decode_entry(e, f"container {number} device {k}") for k, e in enumerate(entries)]
 
@@ -225,14 +213,10 @@ def _decode_container_volcano(segment: str) -> list[Assigned]:
         fields = piece.split(",")
         if len(fields) < 4:
             continue
-        memory, cores = fields[2], fields[3]
-        if not (_DIGITS.fullmatch(memory) and _DIGITS.fullmatch(cores)):
-            continue
-        if int(memory) > _UINT32_MAX or int(cores) > _UINT32_MAX:
-            continue
-        devices.append(
-            Assigned(uuid=fields[0], index=None, type=fields[1], memory=int(memory), cores=int(cores))
-        )
+        memory, memory_ok = goint.parse_uint(fields[2], 32)  # ParseUint(…, 10, 32): errors skip it
+        cores, cores_ok = goint.parse_uint(fields[3], 32)
+        if memory_ok and cores_ok:
+            devices.append(Assigned(uuid=fields[0], index=None, type=fields[1], memory=memory, cores=cores))
     return devices
 
 
@@ -254,7 +238,7 @@ def decode_pod_devices(
         return []
     if dialect == "hami":
         if not value.endswith(";"):
-            raise PodDevicesError(f"HAMi pod devices {value!r} must end with ';'")
+            raise PodDevicesError(f"HAMi pod devices {shown(value)} must end with ';'")
         value = value[:-1]
     return [_decode_container(segment, n) for n, segment in enumerate(value.split(";"))]
 
@@ -293,24 +277,23 @@ def _decode_register_entry(piece: str, index: int) -> GpuState:
         fields.append(keys.MODE_HAMI_CORE)  # legacy writers had no mode: HAMi-core
     if len(fields) != 6:
         raise NodeRegisterError(
-            f"GPU {index} {piece!r}: expected UUID,count,memory,type,health,mode (or the 5-field legacy form)"
+            f"GPU {index} {shown(piece)}: expected UUID,count,memory,type,health,mode "
+            "(or the 5-field legacy form)"
         )
     uuid, count, memory, kind, health, mode = fields
+    where = f"GPU {index} {shown(piece)}:"
     if not uuid or not kind:
-        raise NodeRegisterError(f"GPU {index} {piece!r}: empty UUID or type")
-    for name, text in (("count", count), ("memory", memory)):
-        if not _DIGITS.fullmatch(text):
-            raise NodeRegisterError(f"GPU {index} {piece!r}: {name} {text!r} is not a non-negative integer")
+        raise NodeRegisterError(f"{where} empty UUID or type")
     if health not in _GO_BOOL:
-        raise NodeRegisterError(f"GPU {index} {piece!r}: health {health!r} is not true or false")
+        raise NodeRegisterError(f"{where} health {shown(health)} is not true or false")
     if mode not in keys.SHARING_MODES:
-        raise NodeRegisterError(f"GPU {index} {piece!r}: mode {mode!r} is not one of {keys.SHARING_MODES}")
+        raise NodeRegisterError(f"{where} mode {shown(mode)} is not one of {keys.SHARING_MODES}")
     return GpuState(
         index=index,
         uuid=uuid,
         type=kind,
-        memory=int(memory),
-        split_count=int(count),
+        memory=parse_decimal(memory, f"{where} memory", NodeRegisterError, meaning="an int64"),
+        split_count=parse_decimal(count, f"{where} count", NodeRegisterError, meaning="an int64"),
         health=_GO_BOOL[health],
         mode=mode,
     )
@@ -331,8 +314,8 @@ def _decode_register_volcano(value: str) -> list[GpuState]:
                 index=index,
                 uuid=fields[0],
                 type=fields[3],
-                memory=go_atoi(fields[2])[0],  # errors ignored, as Volcano does
-                split_count=go_atoi(fields[1])[0],
+                memory=goint.parse_int(fields[2])[0],  # Atoi's errors ignored, as Volcano does
+                split_count=goint.parse_int(fields[1])[0],
                 health=_GO_BOOL.get(fields[4], False),
                 mode=keys.MODE_MIG if fields[5] == keys.MODE_MIG else keys.MODE_HAMI_CORE,
             )
@@ -347,8 +330,13 @@ def decode_node_register(value: str, compat: Compat = None) -> list[GpuState]:
     if not value:
         return []
     if not value.endswith(":"):
-        raise NodeRegisterError(f"node registration {value!r}: every GPU must end with ':'")
-    gpus = [_decode_register_entry(piece, i) for i, piece in enumerate(value[:-1].split(":"))]
+        raise NodeRegisterError(f"node registration {shown(value)}: every GPU must end with ':'")
+    pieces = value[:-1].split(":")
+    if len(pieces) > MAX_NODE_GPUS:
+        raise NodeRegisterError(
+            f"node registration lists {len(pieces)} GPUs; a node has at most {MAX_NODE_GPUS}"
+        )
+    gpus = [_decode_register_entry(piece, i) for i, piece in enumerate(pieces)]
     seen: set[str] = set()
     for gpu in gpus:
         if gpu.uuid in seen:

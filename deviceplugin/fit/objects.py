@@ -14,9 +14,12 @@ from deviceplugin.fit.errors import PodFormatError
 
 Obj = Mapping[str, Any]
 _EMPTY: Mapping[str, Any] = {}
+_STR = {str}
 
 
 def _mapping(parent: Obj, key: str, where: str) -> Obj:
+    if not isinstance(parent, Mapping):
+        raise PodFormatError(f"{where} must be an object, not {type(parent).__name__}")
     value = parent.get(key)
     if value is None:
         return _EMPTY
@@ -25,16 +28,25 @@ def _mapping(parent: Obj, key: str, where: str) -> Obj:
     return value
 
 
+def _strings(parent: Obj, key: str, where: str) -> Mapping[str, str]:
+    """A map of string values (annotations, labels), as the API server guarantees: readers call
+    string methods on the values. (JSON keys are strings already.)"""
+    value = _mapping(parent, key, where)
+    if not set(map(type, value.values())) <= _STR:  # the cheapest check: this runs in every fit
+        raise PodFormatError(f"{where}.{key} values must be strings")
+    return value
+
+
 def metadata(obj: Obj) -> Obj:
     return _mapping(obj, "metadata", "object")
 
 
 def annotations_of(obj: Obj) -> Mapping[str, str]:
-    return _mapping(metadata(obj), "annotations", "metadata")
+    return _strings(metadata(obj), "annotations", "metadata")
 
 
 def labels_of(obj: Obj) -> Mapping[str, str]:
-    return _mapping(metadata(obj), "labels", "metadata")
+    return _strings(metadata(obj), "labels", "metadata")
 
 
 def uid(obj: Obj) -> str:

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from deviceplugin.fit import goint, keys, objects
+from deviceplugin.fit.bounds import MAX_NODE_GPUS
 from deviceplugin.fit.codec import (
     decode_mig_id,
     decode_mig_id_volcano,
@@ -26,7 +27,7 @@ from deviceplugin.fit.codec import (
     parse_unhealthy_ids,
     physical_uuid,
 )
-from deviceplugin.fit.errors import PodFormatError
+from deviceplugin.fit.errors import PodFormatError, QuantityError
 from deviceplugin.fit.gpushare import pod_gpu_memory, pod_gpu_number
 from deviceplugin.fit.mig import (
     geometry_for,
@@ -89,7 +90,8 @@ def gpushare_cards(
     node: objects.Obj, pods: Iterable[objects.Obj] = (), compat: Compat = None
 ) -> list[GpuState]:
     """Cards of a gpushare node: capacity `gpu-memory` split evenly over `gpu-number` cards (the
-    remainder is dropped), `gpu-unhealthy-ids` marked unhealthy, usage from `pods` on the node."""
+    remainder is dropped), `gpu-unhealthy-ids` marked unhealthy, usage from `pods` on the node.
+    More than `bounds.MAX_NODE_GPUS` cards is a `QuantityError`, in both modes."""
     capacity = objects.status_resources(node, "capacity")
     total, number = capacity.get(keys.GPU_MEMORY), capacity.get(keys.GPU_NUMBER)
     if total is None or number is None:
@@ -97,6 +99,9 @@ def gpushare_cards(
     count = go_quantity_value(number)
     if count <= 0:
         return []
+    if count > MAX_NODE_GPUS:
+        # Volcano would build that many cards (2^63-1 for "1e30"): out of memory, not a node.
+        raise QuantityError(f"capacity {keys.GPU_NUMBER} is {count}; a node has at most {MAX_NODE_GPUS} GPUs")
     per_card = goint.int64_div(go_quantity_value(total), count)
     name = objects.metadata(node).get("name") or "node"
     unhealthy = parse_unhealthy_ids(objects.annotations_of(node).get(keys.GPU_UNHEALTHY_IDS, ""), compat)
@@ -174,7 +179,7 @@ def vgpu_gpus(
     allocatable = objects.status_resources(node, "allocatable")
     for resource in (keys.VGPU_NUMBER, keys.VGPU_CORES, keys.VGPU_MEMORY):
         amount = allocatable.get(resource)
-        if amount is None or parse_quantity(amount) == 0:
+        if amount is None or (go_quantity_value if volcano else parse_quantity)(amount) == 0:
             return []
     gpus = decode_node_register(value, compat)
     for gpu in gpus:

@@ -45,6 +45,16 @@ CASES_PER_SEED = 300
 
 PHASES = ["Running"] * 6 + ["Pending", "Succeeded", "Failed", "Unknown", ""]
 
+# Numbers no Go writer produces, which Go still reads (clamping, or an error and its fallback):
+# past Python's 4,300-digit int() limit, past int64 with a non-digit after the overflow (a range
+# error in Go, not a syntax error), and leading zeros that make a short number long.
+LONG = "9" * 4400
+OVERFLOW_THEN_JUNK = "9" * 20 + "x"
+PADDED = "0" * 30
+# Quantities as long as the API server writes, whose digits or exponent pass int64.
+LONG_QUANTITIES = ["9" * 25, "0" * 40 + "1000", "1e400", "1e-400", "123456789012345678901234567890e-20"]
+LONG_QUANTITIES += ["0." + "0" * 50 + "1"]
+
 
 def _meta(rng: random.Random, name: str, notes: dict[str, str]) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": notes}
@@ -74,8 +84,10 @@ def _resources(rng: random.Random, values: dict[str, str | None]) -> dict[str, A
 # --- gpushare ---------------------------------------------------------------------------------
 
 SHARE_MEMORY = ["1", "1000", "2000", "4000", "8000", "16000", "0", "1500m", "2000m", "1.5", "-1", "3Gi"]
-SHARE_MEMORY += ["1e19"]  # past int64: Value() is capped
-SHARE_NUMBER = ["1", "2", "0", "3", "-1", "1500m"]
+SHARE_MEMORY += ["1e19", *LONG_QUANTITIES]  # past int64: Value() is capped
+SHARE_NUMBER = ["1", "2", "0", "3", "-1", "1500m", "9" * 25, PADDED + "2"]
+GPU_INDEX = ["0", "1", "2", "0,1", "1,3", "x", "0,x", "7", "-1", " 1", LONG, f"0,{LONG}", "-" + LONG]
+GPU_INDEX += [PADDED + "1", f"{PADDED}2,1", OVERFLOW_THEN_JUNK]
 
 
 def _share_container(rng: random.Random, name: str) -> dict[str, Any]:
@@ -89,7 +101,7 @@ def _share_container(rng: random.Random, name: str) -> dict[str, Any]:
 def _share_pod(rng: random.Random, name: str, placed: bool) -> dict[str, Any]:
     notes: dict[str, str] = {}
     if placed:
-        notes["volcano.sh/gpu-index"] = rng.choice(["0", "1", "2", "0,1", "1,3", "x", "0,x", "7", "-1", " 1"])
+        notes["volcano.sh/gpu-index"] = rng.choice(GPU_INDEX)
     spec: dict[str, Any] = {"containers": [_share_container(rng, f"c{k}") for k in range(rng.randint(1, 3))]}
     if rng.random() < 0.3:
         spec["initContainers"] = [_share_container(rng, "init")]
@@ -98,10 +110,12 @@ def _share_pod(rng: random.Random, name: str, placed: bool) -> dict[str, Any]:
 
 def _share_node(rng: random.Random) -> dict[str, Any]:
     number = rng.choice(["4", "4", "2", "1", "3", "0"])
-    memory = rng.choice(["64000", "65536", "32000", "16000", "7", "0", "1e30"])
+    memory = rng.choice(["64000", "65536", "32000", "16000", "7", "0", "1e30", "9" * 30, PADDED + "64000"])
     notes = {}
     if rng.random() < 0.4:
-        notes["volcano.sh/gpu-unhealthy-ids"] = rng.choice(["1", "0,3", "x,2", "9", "", "2,2"])
+        notes["volcano.sh/gpu-unhealthy-ids"] = rng.choice(
+            ["1", "0,3", "x,2", "9", "", "2,2", f"{LONG},1", PADDED + "2", f"{OVERFLOW_THEN_JUNK},3"]
+        )
     capacity = {go.GPU_MEMORY: memory, go.GPU_NUMBER: number}
     if rng.random() < 0.05:
         del capacity[rng.choice(list(capacity))]
@@ -186,8 +200,11 @@ def _register(rng: random.Random, uuids: list[str]) -> str:
     for uuid in uuids:
         fields = [
             uuid,
-            rng.choice(["10"] * 6 + ["4", "1", "0", "-1", "x"]),
-            rng.choice(["40960", "16384", "81920"] * 4 + ["1000", "0", "-5", "abc"]),
+            rng.choice(["10"] * 6 + ["4", "1", "0", "-1", "x", LONG, PADDED + "4", OVERFLOW_THEN_JUNK]),
+            rng.choice(
+                ["40960", "16384", "81920"] * 4
+                + ["1000", "0", "-5", "abc", LONG, PADDED + "40960", "-" + LONG, OVERFLOW_THEN_JUNK]
+            ),
             rng.choice(TYPES),
             rng.choice(["true"] * 6 + ["false", "1", "nope"]),
             mode if rng.random() < 0.9 else rng.choice(["hami-core", "mig"]),
@@ -215,7 +232,8 @@ def _device_id(rng: random.Random, uuid: str, geos: list[tuple[list[str], list[g
         return uuid
     groups = [g for _, gs in geos for g in gs]
     name = rng.choice(groups).group if groups and rng.random() < 0.9 else "nogroup"
-    slot = f"{name}-{rng.choice(['0', '1', '2', '3', '5', '-1', 'x'])}"
+    position = rng.choice(["0", "1", "2", "3", "5", "-1", "x", LONG, PADDED + "1", OVERFLOW_THEN_JUNK])
+    slot = f"{name}-{position}"
     # Go reads between the first '[' and the first ']'; odd shapes must read the same here.
     odd = [f"{uuid}[{slot}]]", f"{uuid}[{slot}][g-9]", f"{uuid}][{slot}]", f"[{slot}]{uuid}"]
     odd.append(f"{slot}]{uuid}")
@@ -223,13 +241,17 @@ def _device_id(rng: random.Random, uuid: str, geos: list[tuple[list[str], list[g
     return rng.choice(shapes)
 
 
+BOOKED_MEMORY = ["1000", "4000", "0", "20000", "-3", "5000000000", "4294967295", LONG, OVERFLOW_THEN_JUNK]
+BOOKED_MEMORY += [PADDED + "1000"]
+
+
 def _booked_pod(rng: random.Random, name: str, uuids: list[str], geos: Any) -> dict[str, Any]:
     containers = []
     for _ in range(rng.randint(1, 2)):
         entries = []
         for _ in range(rng.randint(1, 2)):
-            memory = rng.choice(["1000", "4000", "0", "20000", "-3", "5000000000", "4294967295"])
-            cores = rng.choice(["0", "10", "50", "100", "4294967295"])
+            memory = rng.choice(BOOKED_MEMORY)
+            cores = rng.choice(["0", "10", "50", "100", "4294967295", LONG, PADDED + "10"])
             entries.append(f"{_device_id(rng, rng.choice(uuids), geos)},NVIDIA,{memory},{cores}:")
         containers.append("".join(entries))
     notes = {"volcano.sh/vgpu-ids-new": ";".join(containers)}
@@ -243,12 +265,14 @@ def _vgpu_container(rng: random.Random, name: str) -> dict[str, Any]:
         go.VGPU_NUMBER: rng.choice(["1"] * 6 + ["2", "2", "0", "-1", "3Gi", "1.0", None, None, None]),
         go.VGPU_MEMORY: rng.choice(
             ["1024", "2000", "10000", "10240", "4864", "20480"] * 2
-            + ["0", "2000m", "3Gi", "-1", "1000000000000002000", "1Pi"]
+            + ["0", "2000m", "3Gi", "-1", "1000000000000002000", "1Pi", *LONG_QUANTITIES]
             + [None] * 6
         ),
         PERCENTAGE: rng.choice(["50", "100", "0", "101", "150", "1.5", "-20", None, None, None, None]),
         go.VGPU_CORES: rng.choice(
-            ["0", "30", "50"] * 3 + ["100", "101", "3Gi", "-1", "1000000000000000001"] + [None] * 6
+            ["0", "30", "50"] * 3
+            + ["100", "101", "3Gi", "-1", "1000000000000000001", *LONG_QUANTITIES]
+            + [None] * 6
         ),
     }
     return {"name": name, "resources": _resources(rng, values)}

@@ -12,7 +12,6 @@ build cases whose outcome does not depend on that order. A Go panic raises `GoPa
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -58,23 +57,50 @@ def float_to_i64(f: float) -> int:
 # --- strconv ----------------------------------------------------------------------------------
 
 
+def parse_uint(s: str, bit_size: int) -> tuple[int, str | None]:
+    """strconv.ParseUint(s, 10, bitSize): (value, error), read digit by digit as Go does, so the
+    first problem decides: a non-digit gives a syntax error, an overflow the range error."""
+    if not s:
+        return 0, "syntax"
+    max_val = (1 << bit_size) - 1
+    cutoff = (U64 - 1) // 10 + 1
+    n = 0
+    for c in s:
+        if not "0" <= c <= "9":
+            return 0, "syntax"
+        if n >= cutoff:
+            return max_val, "range"
+        n = n * 10 + (ord(c) - ord("0"))
+        if n > max_val:  # Go also tests n1 < n: the uint64 wrap, which max_val covers here
+            return max_val, "range"
+    return n, None
+
+
+def parse_int(s: str, bit_size: int = 64) -> tuple[int, str | None]:
+    """strconv.ParseInt(s, 10, bitSize)."""
+    if not s:
+        return 0, "syntax"
+    neg = s[0] == "-"
+    un, err = parse_uint(s[1:] if s[0] in "+-" else s, bit_size)
+    if err is not None and err != "range":
+        return 0, err
+    cutoff = 1 << (bit_size - 1)
+    if not neg and un >= cutoff:
+        return cutoff - 1, "range"
+    if neg and un > cutoff:
+        return -cutoff, "range"
+    return (-un if neg else un), None
+
+
 def atoi(s: str) -> tuple[int, bool]:
-    body = s[1:] if s[:1] in ("+", "-") else s
-    if not body or any(c not in "0123456789" for c in body):
-        return 0, False
-    v = int(s)
-    if v > (1 << 63) - 1:
-        return (1 << 63) - 1, False
-    if v < -(1 << 63):
-        return -(1 << 63), False
-    return v, True
+    """strconv.Atoi on amd64 (its fast path for short strings gives the same results)."""
+    value, err = parse_int(s)
+    return value, err is None
 
 
 def parse_uint32(s: str) -> tuple[int, bool]:
-    if not s or any(c not in "0123456789" for c in s):
-        return 0, False
-    v = int(s)
-    return (v, True) if v <= (1 << 32) - 1 else ((1 << 32) - 1, False)
+    value, err = parse_uint(s, 32)
+    return value, err is None
 
 
 _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
@@ -139,8 +165,8 @@ def parse_quantity(text: Any) -> Quantity:
         base, exponent, binary = 10, _DEC[suffix], False
     elif suffix in _BIN:
         base, exponent, binary = 2, _BIN[suffix], True
-    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
-        base, exponent, binary = 10, int(suffix[1:]), False
+    elif len(suffix) > 1 and suffix[0] in "eE" and parse_int(suffix[1:])[1] is None:
+        base, exponent, binary = 10, i32(parse_int(suffix[1:])[0]), False  # int32(parsed)
     else:
         raise ValueError(text)
     exact = Fraction(int(num + denom or "0"), 10 ** len(denom)) * Fraction(base) ** exponent
