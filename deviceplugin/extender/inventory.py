@@ -27,7 +27,6 @@ from typing import Any
 
 from deviceplugin.fit import (
     Compat,
-    FitInputError,
     GpuState,
     VgpuConfig,
     add_gpushare_pod,
@@ -39,6 +38,8 @@ from deviceplugin.fit import (
     vgpu_gpus,
 )
 from deviceplugin.fit import keys as fitkeys
+from deviceplugin.fit.bounds import parse_decimal
+from deviceplugin.fit.errors import AnnotationError
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
@@ -89,10 +90,13 @@ def memory_factor(node: Obj) -> int:
     raw = _section(node, "metadata", "annotations").get(fitkeys.GPU_MEMORY_FACTOR)
     if raw is None:
         return 1
-    text = str(raw).strip()
-    if not text.isdigit() or int(text) <= 0:
-        raise FitInputError(f"annotation {fitkeys.GPU_MEMORY_FACTOR}={raw!r} is not a positive whole number")
-    return int(text)
+    what = f"annotation {fitkeys.GPU_MEMORY_FACTOR}"
+    factor = parse_decimal(
+        str(raw).strip(), what, AnnotationError, kind="a positive whole number", meaning="a memory factor"
+    )
+    if factor <= 0:
+        raise AnnotationError(f"{what} {raw!r} is not a positive whole number")
+    return factor
 
 
 @dataclass(eq=False)

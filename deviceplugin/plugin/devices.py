@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deviceplugin.api import HEALTHY, UNHEALTHY
+from deviceplugin.fit.goint import is_decimal
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 
@@ -306,7 +307,8 @@ class DeviceList:
             return None if owner is None else owner[0]
         prefix, dash, number = device_id.rpartition("-")
         owner = self._owners.get(prefix + dash)
-        # Only the spelling ListAndWatch advertised: "0-7" is a device, "0-07" and "0-+7" are not.
-        if owner is None or not (number.isascii() and number.isdigit()) or str(int(number)) != number:
+        # Only the spelling ListAndWatch advertised: "0-7" is a device; "0-07", "0-+7" and a
+        # 5,000-digit number (its length is checked before converting) are not.
+        if owner is None or not is_decimal(number) or len(number) > len(str(owner[1])):
             return None
-        return owner[0] if int(number) < owner[1] else None
+        return owner[0] if str(int(number)) == number and int(number) < owner[1] else None

@@ -13,8 +13,9 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
+from deviceplugin.fit.bounds import parse_decimal
 from deviceplugin.fit.codec import format_gpu_index, parse_gpu_index
-from deviceplugin.fit.errors import FitInputError
+from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.ledger import Allocation, GpuShare, Key, Patch
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
@@ -60,10 +61,16 @@ def read_gpushare_pod(pod: Obj, resource: str) -> GpusharePod | None:
     predicate_time: int | None = None
     raw_time = notes.get(keys.PREDICATE_TIME)
     if raw_time is not None:
-        if raw_time.isascii() and raw_time.isdigit():
-            predicate_time = int(raw_time)
-        else:
-            problems.append(f"{keys.PREDICATE_TIME} {raw_time!r} is not a number of nanoseconds")
+        try:
+            predicate_time = parse_decimal(
+                raw_time,
+                keys.PREDICATE_TIME,
+                AnnotationError,
+                kind="a number of nanoseconds",
+                meaning="a Unix time in nanoseconds (Volcano writes an int64)",
+            )
+        except FitInputError as err:
+            problems.append(str(err))
     return GpusharePod(
         uid=uid,
         namespace=namespace,

@@ -28,8 +28,9 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
+from deviceplugin.fit.bounds import parse_decimal, shown
 from deviceplugin.fit.codec import decode_pod_devices, encode_pod_devices
-from deviceplugin.fit.errors import FitInputError
+from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.fit.model import Assigned
 from deviceplugin.fit.vgpu_slots import vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
@@ -85,7 +86,7 @@ def _slots(notes: Mapping[str, str], problems: list[str]) -> tuple[tuple[Assigne
     try:
         return tuple(tuple(devices) for devices in decode_pod_devices(raw))
     except FitInputError as err:
-        problems.append(f"{keys.DEVICES_TO_ALLOCATE} {raw!r} cannot be decoded: {err}")
+        problems.append(f"{keys.DEVICES_TO_ALLOCATE} {shown(raw)} cannot be decoded: {err}")
         return None
 
 
@@ -157,9 +158,18 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
     if mode != NODE_MODE:
         problems.append(f"{keys.VGPU_MODE} {mode!r}: node {node_name} runs {NODE_MODE} only")
     raw_time = notes.get(keys.VGPU_TIME)
-    vgpu_time = int(raw_time) if raw_time is not None and raw_time.isascii() and raw_time.isdigit() else None
-    if raw_time is not None and vgpu_time is None:
-        problems.append(f"{keys.VGPU_TIME} {raw_time!r} is not a number of seconds")
+    vgpu_time: int | None = None
+    if raw_time is not None:
+        try:
+            vgpu_time = parse_decimal(
+                raw_time,
+                keys.VGPU_TIME,
+                AnnotationError,
+                kind="a number of seconds",
+                meaning="a Unix time in seconds (Volcano writes an int64)",
+            )
+        except FitInputError as err:
+            problems.append(str(err))
     decoded = _slots(notes, problems)
     if decoded is None and node is not None and not problems:
         problems.append(f"no {keys.DEVICES_TO_ALLOCATE} annotation")

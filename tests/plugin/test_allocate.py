@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.fit import objects
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.plugin.rig import GPUS, MEM, NODE, NUM, WAIT_S, Rig, close_rig, envs, fails, ids, make_rig
@@ -272,6 +273,18 @@ def test_mismatched_ids_are_served_as_scheduled_and_reported(share: Rig) -> None
             grpc.StatusCode.INVALID_ARGUMENT,
             ("pod ml/bad container 'c'", "volcano.sh/gpu-index", "'zero' is not a GPU index"),
         ),
+        (  # issue 13 F1: past int()'s 4,300 digits, this killed the pod cache
+            {"volcano.sh/predicate-time": "9" * 4301},
+            8,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ("pod ml/bad container 'c'", "predicate-time has 4301 digits; a Unix time in nanoseconds"),
+        ),
+        (
+            {"volcano.sh/gpu-index": "9" * 4301},
+            8,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ("pod ml/bad container 'c'", "gpu-index", "has 4301 digits; a GPU index has at most 19"),
+        ),
         (
             {"volcano.sh/gpu-index": "7"},
             8,
@@ -307,6 +320,19 @@ def test_malformed_pods_are_refused_with_an_event(
     assert (event["reason"], event["type"]) == ("GpuAllocationFailed", "Warning")
     assert fragments[0] in event["message"]
     assert share.ledger.active() == []
+
+
+def test_a_poisoned_pod_costs_only_itself(share: Rig) -> None:
+    """Issue 13 F1: a pod whose predicate-time has 4,301 digits (past what int() converts) is
+    refused in its turn with the reason, and the pod bound after it is still seen and served."""
+    poison = {"volcano.sh/predicate-time": "9" * 4301}
+    uid = share.pod("poison", [("c", 8)], gpu_index="0", predicate_time=None, extra=poison)["metadata"]["uid"]
+    share.pod("next", [("c", 8)], gpu_index="1")
+    fails(share, ids(0, 0, 8), grpc.StatusCode.INVALID_ARGUMENT, "pod ml/poison", "has 4301 digits")
+    # Kubelet fails the pod whose Allocate failed; the next one gets its GPU.
+    share.apiserver.patch("pods", "poison", {"status": {"phase": "Failed"}}, "ml", subresource="status")
+    assert share.pods.wait_until(lambda cache: objects.phase(cache.get(uid) or {}) == "Failed", WAIT_S)
+    assert envs(share.allocator.allocate(ids(1, 0, 8)))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
 
 
 def test_unhealthy_gpu_is_refused(share: Rig) -> None:

@@ -232,6 +232,36 @@ def test_undecodable_devices_to_allocate(vgpu: Rig) -> None:
     refused(vgpu, "garbled", ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "devices-to-allocate", "lots")
 
 
+@pytest.mark.parametrize(
+    ("annotations", "fragment"),
+    [
+        ({"volcano.sh/vgpu-time": "9" * 4301}, "vgpu-time has 4301 digits; a Unix time in seconds"),
+        (
+            {"volcano.sh/devices-to-allocate": f"GPU-000,NVIDIA,{'9' * 5000},0:"},
+            "memory has 5000 digits; an int64 has at most 19",
+        ),
+    ],
+    ids=["vgpu-time", "devices-to-allocate"],
+)
+def test_numbers_longer_than_volcano_writes_cost_only_their_pod(
+    vgpu: Rig, annotations: dict[str, str], fragment: str
+) -> None:
+    """Issue 13 F1: past what int() converts; the pod is refused in its turn with the reason,
+    and the pod bound after it is still served."""
+    poison = vpod(vgpu, "poison", [("cuda", [("GPU-000", 100, 0)])], annotations=annotations)
+    vpod(vgpu, "next", [("cuda", [("GPU-111", 100, 0)])])
+    error = fails(vgpu, ["GPU-000-0"], grpc.StatusCode.INVALID_ARGUMENT, "ml/poison", fragment)
+    assert len(str(error)) < 600  # the annotation is clipped, not copied into the error and Event
+    vgpu.outbox.start()  # its `bind-phase: failed` reaches the API server and the pod cache
+
+    def failed(cache: PodCache) -> bool:
+        notes = objects.annotations_of(cache.get(poison["metadata"]["uid"]) or {"metadata": {}})
+        return notes.get("volcano.sh/bind-phase") == "failed"
+
+    assert vgpu.pods.wait_until(failed, WAIT_S)
+    assert envs(vgpu.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
+
+
 def test_count_mismatch(vgpu: Rig) -> None:
     pod = vpod(
         vgpu,
