@@ -13,13 +13,19 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
-from deviceplugin.fit.bounds import parse_decimal
 from deviceplugin.fit.codec import format_gpu_index, parse_gpu_index
-from deviceplugin.fit.errors import AnnotationError, FitInputError
+from deviceplugin.fit.errors import FitInputError
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.ledger import Allocation, GpuShare, Key, Patch
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
-from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
+from deviceplugin.plugin.pending import (
+    ContainerNeed,
+    Obj,
+    PendingPod,
+    annotation_time,
+    pod_identity,
+    whole_units,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +64,7 @@ def read_gpushare_pod(pod: Obj, resource: str) -> GpusharePod | None:
             gpu_index = tuple(parse_gpu_index(notes[keys.GPU_INDEX]))
         except FitInputError as err:
             problems.append(f"{keys.GPU_INDEX}: {err}")
-    predicate_time: int | None = None
-    raw_time = notes.get(keys.PREDICATE_TIME)
-    if raw_time is not None:
-        try:
-            predicate_time = parse_decimal(
-                raw_time,
-                keys.PREDICATE_TIME,
-                AnnotationError,
-                kind="a number of nanoseconds",
-                meaning="a Unix time in nanoseconds (Volcano writes an int64)",
-            )
-        except FitInputError as err:
-            problems.append(str(err))
+    predicate_time = annotation_time(notes, keys.PREDICATE_TIME, "nanoseconds", problems)
     return GpusharePod(
         uid=uid,
         namespace=namespace,

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from deviceplugin.fit import objects
-from deviceplugin.fit.errors import FitInputError
+from deviceplugin.fit.bounds import parse_decimal
+from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.fit.quantity import parse_quantity
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.kube.rejections import Rejections
@@ -71,6 +72,25 @@ class PendingPod:
 
     def containers_left(self, served: frozenset[Key]) -> int:
         return sum(1 for key in self.need_keys if key not in served)
+
+
+def annotation_time(notes: Mapping[str, str], key: str, unit: str, problems: list[str]) -> int | None:
+    """A Volcano time annotation (an int64 Unix time in `unit`), None when absent; when it cannot
+    be read, None and the reason in `problems`."""
+    raw = notes.get(key)
+    if raw is None:
+        return None
+    try:
+        return parse_decimal(
+            raw,
+            key,
+            AnnotationError,
+            kind=f"a number of {unit}",
+            meaning=f"a Unix time in {unit} (Volcano writes an int64)",
+        )
+    except FitInputError as err:
+        problems.append(str(err))
+        return None
 
 
 def whole_units(container: Obj, resource: str) -> int:

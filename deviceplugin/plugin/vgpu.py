@@ -28,9 +28,9 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
-from deviceplugin.fit.bounds import parse_decimal, shown
+from deviceplugin.fit.bounds import shown
 from deviceplugin.fit.codec import decode_pod_devices, encode_pod_devices
-from deviceplugin.fit.errors import AnnotationError, FitInputError
+from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.model import Assigned
 from deviceplugin.fit.vgpu_slots import vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
@@ -41,7 +41,14 @@ from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.plugin import hook
 from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
 from deviceplugin.plugin.devices import DeviceList
-from deviceplugin.plugin.pending import ContainerNeed, Obj, PendingPod, pod_identity, whole_units
+from deviceplugin.plugin.pending import (
+    ContainerNeed,
+    Obj,
+    PendingPod,
+    annotation_time,
+    pod_identity,
+    whole_units,
+)
 
 DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
 OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"  # HAMi-core backs memory beyond the card with host memory
@@ -157,19 +164,7 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
     mode = notes.get(keys.VGPU_MODE, NODE_MODE)
     if mode != NODE_MODE:
         problems.append(f"{keys.VGPU_MODE} {mode!r}: node {node_name} runs {NODE_MODE} only")
-    raw_time = notes.get(keys.VGPU_TIME)
-    vgpu_time: int | None = None
-    if raw_time is not None:
-        try:
-            vgpu_time = parse_decimal(
-                raw_time,
-                keys.VGPU_TIME,
-                AnnotationError,
-                kind="a number of seconds",
-                meaning="a Unix time in seconds (Volcano writes an int64)",
-            )
-        except FitInputError as err:
-            problems.append(str(err))
+    vgpu_time = annotation_time(notes, keys.VGPU_TIME, "seconds", problems)
     decoded = _slots(notes, problems)
     if decoded is None and node is not None and not problems:
         problems.append(f"no {keys.DEVICES_TO_ALLOCATE} annotation")
