@@ -125,8 +125,9 @@ def fit_gpushare(
                 reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
                 f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
             )
-        if volcano and pod_gpu_memory(pod, compat) > 0:
-            return _volcano_memory_branch(healthy, pod, len(healthy) - len(idle))
+        memory = pod_gpu_memory(pod, compat) if volcano else 0
+        if memory > 0:
+            return _volcano_memory_branch(healthy, pod, memory, len(healthy) - len(idle))
         taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
         devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
         return FitResult(
@@ -143,8 +144,9 @@ def _free_memory(card: GpuState, volcano: bool) -> int:
     return 0 if used >= card.memory else card.memory - used
 
 
-def _volcano_memory_branch(healthy: Sequence[GpuState], pod: objects.Obj, busy: int) -> FitResult:
-    memory = pod_gpu_memory(pod, "volcano")
+def _volcano_memory_branch(
+    healthy: Sequence[GpuState], pod: objects.Obj, memory: int, busy: int
+) -> FitResult:
     card = next((c for c in healthy if _free_memory(c, True) >= memory), None)
     if card is None:
         return FitResult(
