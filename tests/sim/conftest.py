@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.sim.apiserver_helpers import new_threads
+from tests.sim.kubectl import MISSING, find_kubectl
 
 
 @pytest.fixture
@@ -26,3 +27,11 @@ def no_leaked_threads() -> Iterator[None]:
     before = set(threading.enumerate())
     yield
     assert [thread.name for thread in new_threads(before)] == []
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> str:
+    found = find_kubectl()
+    if found is None:
+        pytest.skip(MISSING)
+    return found

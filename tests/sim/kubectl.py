@@ -1,0 +1,81 @@
+"""The real `kubectl` for the emulator tests: where to find it, how to run it, how to read its tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.sim.apiserver_helpers import Obj
+
+RUN_TIMEOUT_S = 30
+#: `make test` installs the current release here (scripts/install_kubectl.py).
+VENV_KUBECTL = Path(sys.executable).parent / "kubectl"
+MISSING = (
+    f"no kubectl: `make test` installs the current release as {VENV_KUBECTL} "
+    "(scripts/install_kubectl.py), and none is on PATH"
+)
+
+
+def find_kubectl() -> str | None:
+    """The venv's kubectl (the release the tests are written for), else one on PATH."""
+    if os.access(VENV_KUBECTL, os.X_OK):
+        return str(VENV_KUBECTL)
+    return shutil.which("kubectl")
+
+
+@dataclass
+class Kubectl:
+    binary: str
+    env: dict[str, str]
+    workdir: Path
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [self.binary, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [self.binary, *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def manifest(self, name: str, obj: Obj) -> str:
+        path = self.workdir / name
+        path.write_text(yaml.safe_dump(obj))
+        return str(path)
+
+
+def kubectl_for(binary: str, kubeconfig: Path, workdir: Path) -> Kubectl:
+    """kubectl with a home of its own under `workdir` (its discovery cache lives there)."""
+    home = workdir / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "KUBECACHEDIR": str(workdir / "kube-cache"),
+        "KUBECONFIG": str(kubeconfig),
+    }
+    return Kubectl(binary, env, workdir)
+
+
+def table(output: str) -> list[list[str]]:
+    """kubectl's columns, split on runs of two or more spaces."""
+    return [[cell for cell in line.split("  ") if cell.strip()] for line in output.strip().splitlines()]
+
+
+def cells(output: str) -> list[list[str]]:
+    return [[cell.strip() for cell in row] for row in table(output)]
