@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import kubernetes
 import urllib3
+import yaml
 
 from deviceplugin.logs import get_log
 
@@ -73,6 +74,19 @@ def _from_exception(err: Exception) -> ApiError:
 
 
 _CLIENT_ERRORS = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
+# The client's kubeconfig loader indexes whatever the YAML holds: a file of another shape (a list, a
+# string, `clusters: 5`) fails inside it with these rather than with its ConfigException.
+_MALFORMED = (TypeError, AttributeError, KeyError, IndexError)
+
+
+def _malformed(err: Exception) -> str:
+    """One line saying what is wrong with a kubeconfig the loader could not read."""
+    if isinstance(err, yaml.YAMLError):
+        return "not valid YAML: " + " ".join(str(err).split())
+    return (
+        "not a kubeconfig (expected a YAML mapping with lists of clusters, contexts and users): "
+        f"{type(err).__name__}: {err}"
+    )
 
 
 def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
@@ -86,12 +100,17 @@ def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
             client = kubernetes.client.ApiClient(configuration)
     except (kubernetes.config.ConfigException, OSError, ValueError) as err:
-        source = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster service account"
-        raise ConfigError(f"cannot use the {source}: {err}") from None
+        raise ConfigError(f"cannot use the {_source(kubeconfig)}: {err}") from None
+    except (*_MALFORMED, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot use the {_source(kubeconfig)}: {_malformed(err)}") from None
     # Our own retry loops decide when to try again; urllib3's would stretch every outage.
     client.configuration.retries = False
     client.rest_client = kubernetes.client.rest.RESTClientObject(client.configuration)
     return client
+
+
+def _source(kubeconfig: Path | None) -> str:
+    return f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster service account"
 
 
 class Kube:
