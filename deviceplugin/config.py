@@ -154,6 +154,11 @@ def _path(value: object) -> Path:
     return Path(_text(value))
 
 
+def _socket_path(value: object) -> Path:
+    """Made absolute from the working directory: gRPC reads `unix://plugins/x.sock` as host `plugins`."""
+    return _path(value).absolute()
+
+
 def _address(value: object) -> str:
     text = _text(value)
     host, sep, port = text.rpartition(":")
@@ -188,8 +193,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "fake-gpu-events", "FAKE_GPU_EVENTS", _path, "JSON-lines file of injected faults (with --fake-gpus)"
     ),
-    Option("device-plugin-dir", "DEVICE_PLUGIN_DIR", _path, "kubelet's device-plugin socket directory"),
-    Option("pod-resources-socket", "POD_RESOURCES_SOCKET", _path, "kubelet's pod-resources socket"),
+    Option(
+        "device-plugin-dir", "DEVICE_PLUGIN_DIR", _socket_path, "kubelet's device-plugin socket directory"
+    ),
+    Option("pod-resources-socket", "POD_RESOURCES_SOCKET", _socket_path, "kubelet's pod-resources socket"),
     Option("state-dir", "STATE_DIR", _path, "directory for the allocation ledger"),
     Option("kubeconfig", "KUBECONFIG", _path, "kubeconfig file (default: in-cluster)"),
     Option("metrics-address", "METRICS_ADDRESS", _address, "HOST:PORT for /metrics, /healthz, /readyz"),
