@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -54,8 +55,9 @@ class Kubectl:
         )
 
     def manifest(self, name: str, obj: Obj) -> str:
+        """`obj` written to `name` under the workdir, as JSON or (any other suffix) YAML."""
         path = self.workdir / name
-        path.write_text(yaml.safe_dump(obj))
+        path.write_text(json.dumps(obj) if name.endswith(".json") else yaml.safe_dump(obj))
         return str(path)
 
 

@@ -189,6 +189,23 @@ def test_create_from_a_file(kubectl: Kubectl, emulator: ApiServerEmulator) -> No
     assert again.returncode == 1 and 'pods "web" already exists' in again.stderr
 
 
+def test_create_and_replace_raw_send_their_bodies_chunked(
+    kubectl: Kubectl, emulator: ApiServerEmulator
+) -> None:
+    manifest: Obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}
+    collection = "/api/v1/namespaces/default/configmaps"
+    created = json.loads(
+        kubectl("create", "--raw", collection, "-f", kubectl.manifest("cfg.json", manifest)).stdout
+    )
+    assert (created["metadata"]["name"], created["data"]) == ("cfg", {"a": "1"})
+    manifest["data"] = {"a": "2"}
+    path = kubectl.manifest("cfg.json", manifest)
+    replaced = json.loads(kubectl("replace", "--raw", f"{collection}/cfg", "-f", path).stdout)
+    assert replaced["data"] == {"a": "2"}
+    stored = emulator.get("configmaps", "cfg", "default")
+    assert stored is not None and stored["data"] == {"a": "2"}
+
+
 def test_annotate_and_label(kubectl: Kubectl, emulator: ApiServerEmulator) -> None:
     emulator.create("pods", pod("web"))
     kubectl("annotate", "pod", "web", "volcano.sh/gpu-index=0")

@@ -1,11 +1,12 @@
 """Kubernetes API-server emulator over real HTTP: the `kubernetes` client and kubectl work against it.
 
-Layout, top to bottom: `server` (the emulator object) wires `transport` (HTTP/1.1, faults, request
-log) to `api` (routing, verbs, content negotiation), which drives `store` (objects, resourceVersions,
-watch history and feeds). Beside them: `kinds` (one table entry per kind), `defaults` and
-`validation` (what the registry fills in and rejects), `selectors`, `mergepatch` and `jsonpatch`,
-`watch` (feeds and event streams), `tables` and `printers` (server-side printing), `discovery`,
-`errors` (Status bodies), `faults`, `requestlog`, `kubeconfig`, `runner` (the CLI command).
+Layout, top to bottom: `server` (the emulator object) wires `transport` (HTTP/1.1, request bodies
+in `body`, faults, request log) to `api` (routing, verbs, content negotiation), which drives `store`
+(objects, resourceVersions, watch history and feeds). Beside them: `kinds` (one table entry per
+kind), `defaults` and `validation` (what the registry fills in and rejects), `selectors`,
+`mergepatch` and `jsonpatch`, `watch` (feeds and event streams), `tables` and `printers`
+(server-side printing), `discovery`, `errors` (Status bodies), `faults`, `requestlog`,
+`kubeconfig`, `runner` (the CLI command).
 """
 
 from deviceplugin.sim.apiserver.faults import ErrorReply, Fault, FaultInjector, Hang, Latency

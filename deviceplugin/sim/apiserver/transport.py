@@ -18,6 +18,8 @@ from urllib.parse import parse_qsl, urlsplit
 from deviceplugin.logs import get_log
 from deviceplugin.sim.apiserver import errors
 from deviceplugin.sim.apiserver.api import Api, Reply, Request, Stream, is_watch
+from deviceplugin.sim.apiserver.body import read_body
+from deviceplugin.sim.apiserver.errors import ApiError
 from deviceplugin.sim.apiserver.faults import ErrorReply, FaultInjector, Hang, Latency
 from deviceplugin.sim.apiserver.requestlog import RequestLog, RequestRecord
 from deviceplugin.sim.apiserver.watch import WatchDropped
@@ -99,8 +101,6 @@ class _Handler(BaseHTTPRequestHandler):
         started_at, started = time.time(), time.monotonic()
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query, keep_blank_values=True))
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
         watch = is_watch(url.path, query)
         code = 0
         recorded = False
@@ -114,7 +114,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.requests.record(entry)
 
         try:
-            answer: Reply | Stream | None = self._faults(url.path + ("?" + url.query if url.query else ""))
+            try:
+                body = read_body(self.headers, self.rfile)
+            except ApiError as unreadable:
+                # The rest of the body is still on the wire: answer, then close.
+                self.close_connection = True
+                answer: Reply | Stream | None = Reply(
+                    unreadable.code, unreadable.status(), (("Connection", "close"),)
+                )
+            else:
+                answer = self._faults(url.path + ("?" + url.query if url.query else ""))
             if answer is None:
                 request = Request(
                     method=self.command,
