@@ -10,6 +10,8 @@ import json
 import logging
 import sys
 import time
+import traceback
+from pathlib import Path
 from typing import Any, Literal
 
 LogFormat = Literal["text", "json"]
@@ -40,6 +42,13 @@ class Log:
 
 def get_log(name: str) -> Log:
     return Log(name)
+
+
+def describe_exception(error: BaseException) -> str:
+    """An unexpected exception as one line: its type, where it was raised and its message."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}{where}: {error}"
 
 
 def _timestamp(record: logging.LogRecord) -> str:

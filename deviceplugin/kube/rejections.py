@@ -10,13 +10,11 @@ which must repeat the line. The cache forgets an object when it is deleted.
 from __future__ import annotations
 
 import threading
-import traceback
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from deviceplugin.fit.errors import FitInputError
-from deviceplugin.logs import get_log
+from deviceplugin.logs import describe_exception, get_log
 
 log = get_log(__name__)
 
@@ -28,11 +26,7 @@ MAX_REASON = 500  # a reason may quote the value, and values can be as large as 
 
 def describe(error: BaseException) -> str:
     """An input error's own message; any other exception is a bug: its type and where it was raised."""
-    if isinstance(error, FitInputError):
-        return str(error)
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    return f"{type(error).__name__}{where}: {error}"
+    return str(error) if isinstance(error, FitInputError) else describe_exception(error)
 
 
 def _metadata(obj: Obj) -> Mapping[str, Any]:
