@@ -28,6 +28,11 @@ DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock
 DEFAULT_STATE_DIR = Path("/var/lib/volcano-gpu-plugin")
 DEFAULT_HOOK_PATH = Path("/usr/local/vgpu")
 AUTO = "auto"
+# Every interval, period and timeout: a tenth of a second at least (1e-9 s made a loop take 84 % of a
+# CPU), a day at most (far longer ones overflow the platform's timed waits in the worker threads).
+MIN_SECONDS = 0.1
+MAX_SECONDS = 86400.0
+MAX_ALLOCATE_WAIT_S = 60.0
 
 
 class OptionError(ValueError):
@@ -116,20 +121,38 @@ def _bool(value: object) -> bool:
     return text == "true"
 
 
-def _seconds(value: object) -> float:
+def _min_seconds(value: object) -> float:
     try:
         seconds = float(_text(value))
     except ValueError:
         raise ValueError("must be a number of seconds") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError("must be a positive number of seconds")
+    if not math.isfinite(seconds) or seconds < MIN_SECONDS:
+        raise ValueError(f"must be at least {MIN_SECONDS:g} seconds: shorter only busy-polls a CPU")
+    return seconds
+
+
+def _seconds(value: object) -> float:
+    """An interval, period or timeout: MIN_SECONDS to MAX_SECONDS."""
+    seconds = _min_seconds(value)
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS:g} seconds (a day)")
     return seconds
 
 
 def _handshake_seconds(value: object) -> float:
-    seconds = _seconds(value)
+    seconds = _min_seconds(value)
     if seconds >= 60:
         raise ValueError("must be below 60: Volcano drops a node whose answer is 60 s late")
+    return seconds
+
+
+def _allocate_seconds(value: object) -> float:
+    seconds = _min_seconds(value)
+    if seconds > MAX_ALLOCATE_WAIT_S:
+        raise ValueError(
+            f"must be at most {MAX_ALLOCATE_WAIT_S:g}: kubelet admits one pod at a time and waits for "
+            "Allocate without a deadline, so every pod on the node waits as long"
+        )
     return seconds
 
 
@@ -218,24 +241,38 @@ OPTIONS: tuple[Option, ...] = (
         "vgpu-handshake-interval",
         "VGPU_HANDSHAKE_INTERVAL",
         _handshake_seconds,
-        "seconds between handshake answers, up to 20 percent less (below 60)",
+        "seconds between handshake answers, up to 20 percent less (0.1 to below 60)",
     ),
     Option(
         "node-resync-interval",
         "NODE_RESYNC_INTERVAL",
         _seconds,
-        "seconds between reads of the node to restore what this daemon publishes there",
+        "seconds between reads of the node to restore what this daemon publishes there (0.1 to 86400)",
     ),
     Option(
-        "health-recovery-period", "HEALTH_RECOVERY_PERIOD", _seconds, "quiet seconds before a GPU recovers"
+        "health-recovery-period",
+        "HEALTH_RECOVERY_PERIOD",
+        _seconds,
+        "quiet seconds before a GPU recovers (0.1 to 86400)",
     ),
     Option(
-        "allocate-timeout", "ALLOCATE_TIMEOUT", _seconds, "seconds an Allocate may wait to identify its pod"
+        "allocate-timeout",
+        "ALLOCATE_TIMEOUT",
+        _allocate_seconds,
+        "seconds an Allocate may wait to identify its pod (0.1 to 60)",
     ),
     Option(
-        "reconcile-interval", "RECONCILE_INTERVAL", _seconds, "seconds between ledger checks against kubelet"
+        "reconcile-interval",
+        "RECONCILE_INTERVAL",
+        _seconds,
+        "seconds between ledger checks against kubelet (0.1 to 86400)",
     ),
-    Option("release-grace-period", "RELEASE_GRACE_PERIOD", _seconds, "seconds a container may be unlisted"),
+    Option(
+        "release-grace-period",
+        "RELEASE_GRACE_PERIOD",
+        _seconds,
+        "seconds a container may be unlisted (0.1 to 86400)",
+    ),
     Option(
         "vgpu-memory-scaling",
         "VGPU_MEMORY_SCALING",
