@@ -21,6 +21,8 @@ from deviceplugin.kube.api import Kube, Obj, load_client
 from deviceplugin.kube.cachemetrics import CacheCollector
 from deviceplugin.kube.podcache import NodeCache, PodCache
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
+from deviceplugin.workermetrics import WorkerCollector
 
 log = get_log(__name__)
 
@@ -59,8 +61,9 @@ class Extender:
     ) -> None:
         self.config = config
         self.kube = kube if kube is not None else Kube(load_client(config.kubeconfig))
-        self.nodes = NodeCache(self.kube)
-        self.pods = PodCache(self.kube, None)
+        self.supervisor = Supervisor()  # restarts the caches' workers after a crash
+        self.nodes = NodeCache(self.kube, supervisor=self.supervisor)
+        self.pods = PodCache(self.kube, None, supervisor=self.supervisor)
         self.inventory = Inventory(
             config.strategy, config.compat, nodes=self.nodes.rejections, pods=self.pods.rejections
         )
@@ -71,14 +74,22 @@ class Extender:
             self.inventory,
             pods=CachePodFinder(self.pods),
             binder=self.kube.bind_pod,
-            ready=self.synced,
+            readiness=self.readiness,
         )
         registry = CollectorRegistry(auto_describe=False)
         registry.register(CacheCollector(METRICS_PREFIX, (self.nodes, self.pods)))
+        registry.register(WorkerCollector(METRICS_PREFIX, self.supervisor))
         self.http = ExtenderHttpServer(self.service, address or config.address, registry)
 
     def synced(self) -> bool:
         return self.nodes.synced and self.pods.synced
+
+    def readiness(self) -> list[str]:
+        """Why the extender cannot decide now, one line each: a cache not synced with the API
+        server, a worker down or restarting in a loop. Empty when ready."""
+        caches: tuple[tuple[str, NodeCache | PodCache], ...] = (("node", self.nodes), ("pod", self.pods))
+        unsynced = [f"{name} cache not synced with the API server" for name, c in caches if not c.synced]
+        return unsynced + self.supervisor.problems()
 
     @property
     def url(self) -> str:

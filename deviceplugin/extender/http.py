@@ -1,6 +1,6 @@
 """The extender's HTTP server: POST /filter, /prioritize, /bind (JSON); GET /healthz (alive: the
-server answers), /readyz (503 until the node and pod caches have synced, and while either is
-down) and /metrics (Prometheus text).
+server answers), /readyz (503 with the reasons until the node and pod caches have synced, and
+while either is down or its worker is restarting in a loop) and /metrics (Prometheus text).
 
 HTTP/1.1 with keep-alive (kube-scheduler reuses its connections), one thread per connection.
 The verb is the last path segment, so a `urlPrefix` with a path (`http://host:8888/gpu`) works.
@@ -74,10 +74,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.OK, "ok")
             return
         if verb == "readyz":
-            ready = self.server.service.ready()
-            self._reply(
-                HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if ready else "syncing"
-            )
+            problems = self.server.service.readiness()
+            status = HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
+            self._reply(status, "; ".join(problems) or "ok")
             return
         if verb == "metrics":
             self._send(HTTPStatus.OK, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)

@@ -86,13 +86,13 @@ class ExtenderService:
         *,
         pods: PodFinder | None = None,
         binder: Binder | None = None,
-        ready: Callable[[], bool] = lambda: True,
+        readiness: Callable[[], list[str]] = list,
     ) -> None:
         self.config = config
         self.inventory = inventory
         self._pods = pods
         self._binder = binder
-        self.ready = ready
+        self.readiness = readiness  # why it cannot decide now (empty when it can): for /readyz
         self._lock = threading.Lock()
         self._fits: OrderedDict[str, dict[str, tuple[int, FitResult]]] = OrderedDict()
         self._seen: OrderedDict[str, Obj] = OrderedDict()
@@ -139,7 +139,8 @@ class ExtenderService:
                 self._seen.popitem(last=False)
 
     def _not_ready(self) -> str:
-        return "" if self.ready() else "the extender's node and pod caches have not synced with the API yet"
+        problems = self.readiness()
+        return f"the extender is not ready: {'; '.join(problems)}" if problems else ""
 
     # --- filter -------------------------------------------------------------------------------
 

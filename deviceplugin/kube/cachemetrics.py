@@ -1,6 +1,7 @@
 """Prometheus series of list+watch caches, shared by the daemon's and the extender's `/metrics`:
-objects rejected (unreadable, counted once per object and reason) and unexpected loop failures,
-by the kind of object the cache holds."""
+objects rejected (unreadable, counted once per object and reason), by the kind of object the cache
+holds. A failure of a cache's loop is a crash of its worker, counted with the other workers'
+(`deviceplugin.workermetrics`)."""
 
 from __future__ import annotations
 
@@ -15,26 +16,17 @@ from deviceplugin.kube.podcache import ListWatchCache
 
 def cache_metrics(prefix: str, caches: Iterable[ListWatchCache]) -> Iterator[Metric]:
     rejected: Counter[str] = Counter()
-    failures: Counter[str] = Counter()
     for cache in caches:
-        kind = cache.rejections.kind
-        rejected[kind] += cache.rejections.count
-        failures[kind] += cache.failures
+        rejected[cache.rejections.kind] += cache.rejections.count
     rejected_family = CounterMetricFamily(
         f"{prefix}_objects_rejected",
         "API objects that could not be read (malformed, or a bug reading them), each once per reason; "
         "every other object is still processed",
         labels=["kind"],
     )
-    failures_family = CounterMetricFamily(
-        f"{prefix}_cache_failures",
-        "Unexpected failures of a list+watch cache (each followed by a fresh list after a back-off)",
-        labels=["kind"],
-    )
     for kind in sorted(rejected):
         rejected_family.add_metric([kind], rejected[kind])
-        failures_family.add_metric([kind], failures[kind])
-    yield from (rejected_family, failures_family)
+    yield rejected_family
 
 
 class CacheCollector(Collector):

@@ -3,14 +3,15 @@ every pod in the cluster, or every node (the scheduler extender's view).
 
 `ListWatchCache` holds the loop for one kind and selector: one list, then a watch from its
 resourceVersion; a watch that ends is resumed from the last version seen, a 410 (history expired)
-or a broken stream leads to a fresh list, and failures back off exponentially. Readers get a
+or a broken stream leads to a fresh list, and API failures back off exponentially. Readers get a
 consistent snapshot, can wait (bounded) for a condition to become true, and can ask how stale the
-cache may be.
+cache may be (`staleness_s`: how long since it was last known current).
 
 No single object stops the loop: an object that cannot be keyed, or that a listener fails on
-(whatever it raises), is reported to `rejections` and the next one is processed. Any other
-unexpected failure is logged, counted (`failures`) and followed by a fresh list after a back-off;
-the cache reads as not synced meanwhile, and for good if its thread ever ends.
+(whatever it raises), is reported to `rejections` and the next one is processed. Anything else the
+loop raises is a crash its worker's supervisor handles (logged, counted, restarted after a
+back-off: see `deviceplugin.supervisor`); a restart lists afresh. The cache reads as not synced
+from the crash until the new list and watch, and for good if its thread ever ends.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from collections.abc import Callable
 from typing import Self
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
-from deviceplugin.kube.rejections import Rejections, describe
+from deviceplugin.kube.rejections import Rejections
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -62,6 +64,7 @@ class ListWatchCache:
         keep: Callable[[Obj], bool] | None = None,
         scope: str = "",
         clock: Callable[[], float] = time.monotonic,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._what = what  # "pod", "node": for thread names and logs
         self._scope = scope
@@ -73,13 +76,12 @@ class ListWatchCache:
         self._objects: dict[str, Obj] = {}
         self._watching = False
         self._synced_once = False
-        self._current_since: float | None = None  # when the cache last stopped being known current
+        self._current_at: float | None = None  # when the cache was last known current, if not now
         self._cond = threading.Condition()
         self._stream: WatchStream | None = None
-        self._worker = Worker(f"{what}-cache", self._run, interrupt=self._close_stream)
+        self._worker = Worker(f"{what}-cache", self._run, interrupt=self._close_stream, supervisor=supervisor)
         self._listeners: list[Callable[[str, Obj], None]] = []
         self.rejections = Rejections(what)
-        self._failures = 0
 
     # --- readers ------------------------------------------------------------------------------
 
@@ -98,18 +100,15 @@ class ListWatchCache:
             return self._watching
 
     def staleness_s(self) -> float:
-        """0 while the watch is open; else how long the cache may have been missing changes
-        (since start when it never synced)."""
+        """How long the cache may have been missing changes: 0 while its watch is open (however
+        quiet), else the time since it was last known current: its last successful list, or the
+        end of its last watch, whichever came later (infinite before the first list)."""
         with self._cond:
-            if self._watching or self._current_since is None:
-                return 0.0 if self._watching else float("inf")
-            return self._clock() - self._current_since
-
-    @property
-    def failures(self) -> int:
-        """Unexpected failures of the loop since start (each followed by a fresh list)."""
-        with self._cond:
-            return self._failures
+            if self._watching:
+                return 0.0
+            if self._current_at is None:
+                return float("inf")
+            return self._clock() - self._current_at
 
     def wait_until(self, predicate: Callable[[Self], bool], timeout_s: float) -> bool:
         """Block until `predicate(self)` holds (re-checked on every change) or the timeout."""
@@ -168,7 +167,7 @@ class ListWatchCache:
                 return
             self._watching = watching
             if not watching:
-                self._current_since = self._clock()
+                self._current_at = self._clock()
             self._cond.notify_all()
 
     def _place(self, obj: Obj) -> tuple[str, bool] | None:
@@ -188,6 +187,7 @@ class ListWatchCache:
         with self._cond:
             gone = [obj for key, obj in self._objects.items() if key not in mine]
             self._objects = mine
+            self._current_at = self._clock()  # a list is a sync, whether or not a watch follows
         for obj in gone:
             self._notify("DELETED", obj)
         for obj in mine.values():
@@ -220,6 +220,7 @@ class ListWatchCache:
             with self._cond:
                 self._stream = stream
             self._set_watching(True)
+            self._worker.turn()  # listed and watching: the loop works
             for event in stream:
                 if self._worker.stopping.is_set():
                     break
@@ -229,7 +230,7 @@ class ListWatchCache:
     def _run(self) -> None:
         try:
             self._loop()
-        finally:  # however the loop ends, nobody may take the cache as current any more
+        finally:  # however the loop ends (a crash too), nobody may take the cache as current
             self._set_watching(False)
 
     def _pause(self, backoff: float) -> float:
@@ -260,14 +261,6 @@ class ListWatchCache:
                     continue
                 log.warning(f"{self._what} cache lost the API server", error=str(err), retry_s=backoff)
                 backoff = self._pause(backoff)
-            except Exception as err:  # a bug: start over from a fresh list rather than end the loop
-                self._set_watching(False)
-                if self._worker.stopping.is_set():
-                    break
-                with self._cond:
-                    self._failures += 1
-                log.error(f"{self._what} cache failed, listing again", error=describe(err), retry_s=backoff)
-                backoff = self._pause(backoff)
             finally:
                 with self._cond:
                     self._stream = None
@@ -278,7 +271,11 @@ class PodCache(ListWatchCache):
     pod in the cluster, pending ones included (the scheduler extender's view)."""
 
     def __init__(
-        self, kube: Kube, node_name: str | None, clock: Callable[[], float] = time.monotonic
+        self,
+        kube: Kube,
+        node_name: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
@@ -290,6 +287,7 @@ class PodCache(ListWatchCache):
             keep=self._on_node if node_name else None,
             scope=node_name or "cluster",
             clock=clock,
+            supervisor=supervisor,
         )
 
     def pods(self) -> list[Obj]:
@@ -303,7 +301,9 @@ class PodCache(ListWatchCache):
 class NodeCache(ListWatchCache):
     """Every node, by name."""
 
-    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, kube: Kube, clock: Callable[[], float] = time.monotonic, supervisor: Supervisor | None = None
+    ) -> None:
         self.kube = kube
         super().__init__(
             "node",
@@ -312,6 +312,7 @@ class NodeCache(ListWatchCache):
             key=_name,
             scope="cluster",
             clock=clock,
+            supervisor=supervisor,
         )
 
     def nodes(self) -> list[Obj]:

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from deviceplugin.kube.api import Kube, Obj
+from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
 from deviceplugin.kube.podcache import ListWatchCache, PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
+from deviceplugin.supervisor import Backoff, Supervisor
 from tests.kube.objects import node_object, pod_object
 from tests.kube.waiting import wait_for
 
@@ -142,14 +143,14 @@ def test_a_listener_failing_on_one_pod_costs_only_that_pod(
     apiserver.create("pods", pod_object("good", "node-a"))
     assert cache.wait_until(lambda c: "good" in seen, WAIT_S)
     assert seen.count("poison") == 2 and names(cache) == {"early", "poison", "good"}
-    assert cache.synced and cache.rejections.count == 1 and cache.failures == 0
+    assert cache.synced and cache.rejections.count == 1 and "worker crashed" not in caplog.text
     (line,) = [r for r in caplog.records if r.getMessage() == "pod rejected"]
     fields = line.fields  # type: ignore[attr-defined]
     assert fields["pod"] == "default/poison" and "RuntimeError" in fields["reason"]
     assert "a bug reading this pod" in fields["reason"]
 
 
-def test_an_unexpected_failure_of_the_loop_is_counted_and_it_lists_again(
+def test_an_unexpected_failure_of_the_loop_is_a_supervised_crash_and_it_lists_again(
     apiserver: ApiServerEmulator, kube: Kube
 ) -> None:
     selector = "spec.nodeName=node-a"
@@ -163,11 +164,45 @@ def test_an_unexpected_failure_of_the_loop_is_counted_and_it_lists_again(
 
     apiserver.create("nodes", node_object("node-a"))
     apiserver.create("pods", pod_object("early", "node-a"))
-    pods = ListWatchCache("pod", lister, lambda version, s: kube.watch_pods(selector, version, s))
+    supervisor = Supervisor(Backoff(start_s=0.001))
+    pods = ListWatchCache(
+        "pod", lister, lambda version, s: kube.watch_pods(selector, version, s), supervisor=supervisor
+    )
     pods.start()
     try:
         assert pods.wait_synced(WAIT_S)
-        assert len(pods.objects()) == 1 and pods.failures == 1 and len(lists) == 2
+        assert len(pods.objects()) == 1 and len(lists) == 2
+        assert supervisor.restarts() == {"pod-cache": 1} and supervisor.problems() == []
+    finally:
+        pods.stop()
+
+
+def test_staleness_counts_from_the_last_successful_list_even_when_no_watch_follows(
+    apiserver: ApiServerEmulator, kube: Kube
+) -> None:
+    """A list that succeeds is a sync: the cache was current then, though the watch that should
+    follow it fails. Staleness counts from it, not from start (it read as never synced)."""
+    selector = "spec.nodeName=node-a"
+    now = [100.0]
+    lists: list[float] = []
+
+    def lister() -> tuple[list[Obj], str]:
+        lists.append(now[0])
+        if len(lists) > 1:
+            raise ApiError(503, "ServiceUnavailable", "the API server is down")
+        return kube.list_pods(selector)
+
+    def watcher(version: str, timeout_s: int) -> WatchStream:
+        raise ApiError(503, "ServiceUnavailable", "the API server is down")
+
+    apiserver.create("pods", pod_object("early", "node-a"))
+    pods = ListWatchCache("pod", lister, watcher, clock=lambda: now[0])
+    pods.start()
+    try:
+        assert wait_for(lambda: len(lists) >= 2)  # listed once, failing since
+        now[0] = 107.0
+        assert pods.staleness_s() == 7.0 and not pods.synced
+        assert len(pods.objects()) == 1
     finally:
         pods.stop()
 

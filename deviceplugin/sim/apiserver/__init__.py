@@ -9,7 +9,7 @@ kind), `defaults` and `validation` (what the registry fills in and rejects), `se
 `kubeconfig`, `runner` (the CLI command).
 """
 
-from deviceplugin.sim.apiserver.faults import ErrorReply, Fault, FaultInjector, Hang, Latency
+from deviceplugin.sim.apiserver.faults import ErrorReply, Fault, FaultInjector, Garbled, Hang, Latency
 from deviceplugin.sim.apiserver.requestlog import RequestLog, RequestRecord
 from deviceplugin.sim.apiserver.runner import run_apiserver
 from deviceplugin.sim.apiserver.server import ApiServerEmulator
@@ -19,6 +19,7 @@ __all__ = [
     "ErrorReply",
     "Fault",
     "FaultInjector",
+    "Garbled",
     "Hang",
     "Latency",
     "RequestLog",

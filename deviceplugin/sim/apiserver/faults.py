@@ -1,4 +1,5 @@
-"""Fault injection: rules that slow, fail or hold matching requests, for the next N of them or until cleared.
+"""Fault injection: rules that slow, fail, garble or hold matching requests, for the next N of them
+or until cleared.
 
 A rule matches on the HTTP method and on a substring of the request target (path and query, so
 `path="watch=true"` picks watches). Thread-safe; held requests are released when their rule is
@@ -30,7 +31,15 @@ class Hang:
     """Hold the request without an answer; a client with a timeout sees its timeout."""
 
 
-Effect = Latency | ErrorReply | Hang
+@dataclass(frozen=True)
+class Garbled:
+    """Answer 200 with a body that is not JSON (a broken proxy in the way): the client cannot read
+    it, and raises something other than an API error."""
+
+    body: str = "<html>bad gateway</html>\n"  # ends a line: a watch client tries to parse it
+
+
+Effect = Latency | ErrorReply | Hang | Garbled
 
 
 class Fault:
@@ -85,6 +94,11 @@ class FaultInjector:
 
     def hang(self, *, method: str | None = None, path: str | None = None, times: int | None = None) -> Fault:
         return self.add(Hang(), method=method, path=path, times=times)
+
+    def garble(
+        self, *, method: str | None = None, path: str | None = None, times: int | None = None
+    ) -> Fault:
+        return self.add(Garbled(), method=method, path=path, times=times)
 
     def clear(self, fault: Fault | None = None) -> None:
         """Remove one rule, or all of them; requests they hold are released."""

@@ -20,7 +20,7 @@ from deviceplugin.sim.apiserver import errors
 from deviceplugin.sim.apiserver.api import Api, Reply, Request, Stream, is_watch
 from deviceplugin.sim.apiserver.body import read_body
 from deviceplugin.sim.apiserver.errors import ApiError
-from deviceplugin.sim.apiserver.faults import ErrorReply, FaultInjector, Hang, Latency
+from deviceplugin.sim.apiserver.faults import ErrorReply, FaultInjector, Garbled, Hang, Latency
 from deviceplugin.sim.apiserver.requestlog import RequestLog, RequestRecord
 from deviceplugin.sim.apiserver.watch import WatchDropped
 
@@ -160,6 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
                     effect.code, effect.message or f"injected fault: {effect.code}", effect.retry_after_s
                 )
                 return Reply(error.code, error.status(), error.headers)
+            if isinstance(fault.effect, Garbled):
+                return Reply(200, fault.effect.body)
         return None
 
     def _reply(self, reply: Reply) -> None:
