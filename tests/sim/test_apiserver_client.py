@@ -158,6 +158,44 @@ def test_nodes_namespaces_configmaps_and_events(api: CoreApi, emulator: ApiServe
     assert emulator.list("configmaps", "team-a") == [] and emulator.list("events", "team-a") == []
 
 
+def test_times_are_stored_as_the_server_encodes_them(api: CoreApi, emulator: ApiServerEmulator) -> None:
+    # The client sends its datetimes with an offset; Go decodes any RFC 3339 time and writes UTC,
+    # whole seconds (metav1.Time) or microseconds (metav1.MicroTime).
+    event = {
+        "metadata": {"name": "gpu-1.1"},
+        "involvedObject": {"kind": "Node", "name": "gpu-1"},
+        "reason": "GpuUnhealthy",
+        "firstTimestamp": "2026-03-01T12:00:00.75+02:00",
+        "lastTimestamp": "2026-03-01t10:30:00z",
+        "eventTime": "2026-03-01T12:00:00.5+02:00",
+    }
+    api.create_namespaced_event("default", event)
+    stored = emulator.get("events", "gpu-1.1", "default")
+    assert stored is not None
+    assert (stored["firstTimestamp"], stored["lastTimestamp"], stored["eventTime"]) == (
+        "2026-03-01T10:00:00Z",
+        "2026-03-01T10:30:00Z",
+        "2026-03-01T10:00:00.500000Z",
+    )
+    labels = {"lastTimestamp": "not a time"}  # user maps are not times, whatever their keys
+    api.create_namespaced_config_map(
+        "default", {"metadata": {"name": "cfg", "labels": labels}, "data": labels}
+    )
+    assert api.read_namespaced_config_map("cfg", "default").data == labels
+
+
+def test_a_time_that_is_not_rfc_3339_is_a_bad_request(emulator: ApiServerEmulator) -> None:
+    node_body = node("gpu-1")
+    node_body["status"]["conditions"][0]["lastHeartbeatTime"] = "yesterday"
+    code, body, _ = http(emulator, "POST", "/api/v1/nodes", node_body)
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == (
+        'Node in version "v1" cannot be handled as a Node: '
+        'status.conditions[0].lastHeartbeatTime: parsing time "yesterday": not an RFC 3339 time'
+    )
+    assert emulator.get("nodes", "gpu-1") is None
+
+
 def test_generate_name_makes_a_unique_name(api: CoreApi) -> None:
     body = {"metadata": {"generateName": "job-"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
     names = {api.create_namespaced_pod("default", body).metadata.name for _ in range(3)}

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.kube.api import Kube, load_client
+from deviceplugin.kube.events import Involved, event_body
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.sim.apiserver_helpers import Obj, node, pod, running_emulator, wait_until
 from tests.sim.kubectl import RUN_TIMEOUT_S, Kubectl, cells, kubectl_for
@@ -123,6 +125,19 @@ def test_get_namespaces_configmaps_and_events(kubectl: Kubectl, emulator: ApiSer
     rows = cells(kubectl("get", "events").stdout)
     assert rows[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert rows[1][1:] == ["Warning", "AllocateFailed", "pod/web", "no GPU fits"]
+
+
+def test_events_the_daemon_posts_show_when_they_were_seen(
+    kubectl: Kubectl, emulator: ApiServerEmulator, tmp_path: Path
+) -> None:
+    kube = Kube(load_client(emulator.write_kubeconfig(tmp_path / "client-kubeconfig")))
+    about = Involved.node("gpu-1")
+    kube.create_event("default", event_body(about, "Warning", "GpuUnhealthy", "GPU 0 lost", "gpu-1"))
+    rows = cells(kubectl("get", "events").stdout)
+    assert rows[1][1:] == ["Warning", "GpuUnhealthy", "node/gpu-1", "GPU 0 lost"]
+    assert re.fullmatch(r"\d+s", rows[1][0]), rows[1][0]  # not <unknown>
+    (listed,) = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", listed["lastTimestamp"])
 
 
 def test_selectors(kubectl: Kubectl, emulator: ApiServerEmulator) -> None:

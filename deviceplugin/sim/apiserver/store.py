@@ -32,6 +32,7 @@ from deviceplugin.sim.apiserver.meta import (
     rfc3339,
     tidy_metadata,
 )
+from deviceplugin.sim.apiserver.times import encode_times
 from deviceplugin.sim.apiserver.validation import validate_name
 from deviceplugin.sim.apiserver.watch import Bookmark, Change, EventType, WatchFeed
 
@@ -413,13 +414,14 @@ def _keep(new: Obj, old: Obj, key: str) -> None:
 
 
 def _normalized(kind: Kind, body: Obj) -> Obj:
-    """A deep copy of a request body as stored: kind and apiVersion first, nulls gone."""
+    """A deep copy of a request body as stored: kind and apiVersion first, nulls gone, times in UTC."""
     if body.get("kind") not in (None, "", kind.kind) or body.get("apiVersion") not in (None, "", API_VERSION):
         raise errors.bad_request(
             f"the object provided is unrecognized (must be of type {kind.kind}): "
             f"{body.get('apiVersion')}, Kind={body.get('kind')}"
         )
     cleaned = drop_nulls(copy.deepcopy(body))
+    encode_times(cleaned, kind.kind)
     rest = {key: value for key, value in cleaned.items() if key not in ("kind", "apiVersion")}
     obj: Obj = {"kind": kind.kind, "apiVersion": API_VERSION, "metadata": {}, **rest}
     if not isinstance(obj["metadata"], dict):
