@@ -17,6 +17,8 @@ through an events file of JSON lines, read on each `wait_event` as it grows:
     {"wait_error": "GPU is lost"}        the wait fails once, like NVML_ERROR_GPU_IS_LOST
     {"lost": "GPU-..."}                  the GPU stops answering (probe fails, enumeration fails)
     {"restore": "GPU-..."}               it answers again
+    {"raise": "message"}                 every wait raises RuntimeError(message), an error no
+                                         backend is meant to raise, until {"raise": null}
 
 Xid events and wait errors are delivered in the order they were injected.
 """
@@ -76,6 +78,11 @@ class _Lost:
     lost: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Raise:
+    message: str | None  # None: waits answer again
+
+
 class FakeBackend:
     """Made-up GPUs; thread-safe. `inventory` reports lost GPUs as enumeration errors."""
 
@@ -88,6 +95,7 @@ class FakeBackend:
         self._queue: deque[XidEvent | _WaitFailure] = deque()
         self._lost: set[str] = set()
         self._watched: set[str] = set()
+        self._raising: str | None = None
         self._closed = False
 
     @classmethod
@@ -131,6 +139,8 @@ class FakeBackend:
         with self._cond:
             while not self._closed:
                 self._read_events_file()
+                if self._raising is not None:
+                    raise RuntimeError(self._raising)
                 if self._queue:
                     return self._take()
                 remaining = deadline - time.monotonic()
@@ -214,7 +224,9 @@ class FakeBackend:
                 reason=str(err),
             )
             return
-        if isinstance(change, _Lost):
+        if isinstance(change, _Raise):
+            self._raising = change.message
+        elif isinstance(change, _Lost):
             if change.uuid in self._known:
                 self._apply_lost(change)
             else:
@@ -223,7 +235,7 @@ class FakeBackend:
             self._queue.append(change)
 
 
-def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost:
+def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise:
     """One events-file line; ValueError says what is wrong with it."""
     record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
     if not isinstance(record, dict):
@@ -238,12 +250,16 @@ def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost:
             raise ValueError(f"uuid {uuid!r} is not a string or null")
         return XidEvent(uuid, xid)
     if len(record) != 1:
-        raise ValueError("expected one of xid, wait_error, lost, restore")
+        raise ValueError("expected one of xid, wait_error, lost, restore, raise")
     ((key, value),) = record.items()
+    if key == "raise" and value is None:
+        return _Raise(None)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{key} needs a non-empty string")
     if key == "wait_error":
         return _WaitFailure(value)
+    if key == "raise":
+        return _Raise(value)
     if key in {"lost", "restore"}:
         return _Lost(value, key == "lost")
     raise ValueError(f"unknown key {key!r}")

@@ -364,6 +364,7 @@ def test_events_file_partial_line_waits_for_its_end(events_file: Path) -> None:
         pytest.param('{"lost": "a", "restore": "b"}', id="two-actions"),
         pytest.param('{"reboot": "now"}', id="unknown-action"),
         pytest.param('{"wait_error": 3}', id="wait-error-not-text"),
+        pytest.param('{"raise": ""}', id="empty-raise"),
         pytest.param("{}", id="empty-object"),
     ],
 )
@@ -393,6 +394,18 @@ def test_events_file_lost_and_restore(events_file: Path, caplog: pytest.LogCaptu
     append(events_file, json.dumps({"restore": uuid}) + "\n")
     assert backend.wait_event(0.06) is None
     assert backend.probe(uuid)
+
+
+def test_events_file_raise_breaks_every_wait_until_cleared(events_file: Path) -> None:
+    """A backend failing in a way it is not meant to (for the health worker's supervision)."""
+    backend = FakeBackend.from_spec("1x100", events_file)
+    append(events_file, '{"raise": "driver in a bad state"}\n')
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="driver in a bad state") as raised:
+            backend.wait_event(1)
+        assert not isinstance(raised.value, WaitError)
+    append(events_file, '{"raise": null}\n{"xid": 79}\n')
+    assert backend.wait_event(1) == XidEvent(None, 79)
 
 
 def test_events_file_written_by_another_thread_line_by_line(events_file: Path) -> None:
