@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from deviceplugin.gpu.base import GpuBackend, WaitError, XidEvent
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -136,6 +137,7 @@ class HealthMonitor:
     policy: XidPolicy
     recovery_s: float
     clock: Callable[[], float] = time.monotonic
+    supervisor: Supervisor | None = None
     _uuids: tuple[str, ...] = field(init=False, default=())
     _last_fault: dict[str, float] = field(init=False, default_factory=dict)
     _unwatched: set[str] = field(init=False, default_factory=set)
@@ -145,7 +147,7 @@ class HealthMonitor:
 
     def __post_init__(self) -> None:
         self._uuids = tuple(self.state.snapshot()[1])
-        self._worker = Worker("gpu-health", self._run)
+        self._worker = Worker("gpu-health", self._run, supervisor=self.supervisor)
 
     def start(self) -> None:
         if not self.policy.watching:
@@ -207,3 +209,4 @@ class HealthMonitor:
             if event is not None:
                 self.handle(event)
             self.recover_due()
+            self._worker.turn()

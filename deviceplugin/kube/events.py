@@ -10,6 +10,7 @@ from typing import Any
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, retry
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -72,11 +73,13 @@ class EventRecorder:
     """Queues events and posts them from one thread, retrying transient API failures. When the
     queue is full (a long outage) new events are dropped with a log line rather than blocking."""
 
-    def __init__(self, kube: Kube, host: str) -> None:
+    def __init__(self, kube: Kube, host: str, supervisor: Supervisor | None = None) -> None:
         self.kube = kube
         self.host = host
         self._queue: queue.Queue[Obj | None] = queue.Queue(QUEUE_LIMIT)
-        self._worker = Worker("events", self._run, interrupt=lambda: self._queue.put(None))
+        self._worker = Worker(
+            "events", self._run, interrupt=lambda: self._queue.put(None), supervisor=supervisor
+        )
 
     def record(self, about: Involved, event_type: str, reason: str, message: str) -> None:
         body = event_body(about, event_type, reason, message, self.host)
@@ -106,5 +109,9 @@ class EventRecorder:
             log.warning("event not posted", reason=body["reason"], error=str(err))
 
     def _run(self) -> None:
-        while (body := self._queue.get()) is not None:
+        while True:
+            self._worker.turn()  # ready for the next: a crash costs the event being posted, not more
+            body = self._queue.get()
+            if body is None:
+                return
             self._post(body)

@@ -31,6 +31,7 @@ from deviceplugin.fit import keys
 from deviceplugin.kube.api import ApiError, Kube, Obj
 from deviceplugin.kube.node import NodeWatch
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -100,6 +101,7 @@ class Handshake:
         *,
         heartbeat: bool = False,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.kube = kube
         self.watch = watch
@@ -117,7 +119,7 @@ class Handshake:
         self._replaced: str | None = None
         self._warned: str | None = None
         self._kick = threading.Event()
-        self._worker = Worker("vgpu-handshake", self._run, interrupt=self._kick.set)
+        self._worker = Worker("vgpu-handshake", self._run, interrupt=self._kick.set, supervisor=supervisor)
         watch.add_listener(self._on_node)
 
     def start(self) -> None:
@@ -190,4 +192,6 @@ class Handshake:
     def _run(self) -> None:
         while not self._worker.stopping.is_set():
             self._kick.clear()  # before the step: a kick during it is not lost
-            self._kick.wait(self.step())
+            delay = self.step()
+            self._worker.turn()
+            self._kick.wait(delay)

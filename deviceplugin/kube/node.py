@@ -23,6 +23,7 @@ from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import ApiError, Kube, Obj
 from deviceplugin.kube.podcache import ListWatchCache
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -62,7 +63,7 @@ def _name(node: Obj) -> str:
 class NodeWatch(ListWatchCache):
     """This node, kept current by list + watch of `metadata.name=<name>`."""
 
-    def __init__(self, kube: Kube, name: str) -> None:
+    def __init__(self, kube: Kube, name: str, supervisor: Supervisor | None = None) -> None:
         self.name = name
         selector = f"metadata.name={name}"
         super().__init__(
@@ -71,6 +72,7 @@ class NodeWatch(ListWatchCache):
             lambda version, timeout_s: kube.watch_nodes(selector, version, timeout_s),
             key=_name,
             scope=name,
+            supervisor=supervisor,
         )
 
     def node(self) -> Obj | None:
@@ -86,6 +88,8 @@ class NodePublisher:
         wanted: Callable[[], NodeState],
         health: HealthState,
         resync_s: float = RESYNC_S,
+        *,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.kube = kube
         self.watch = watch
@@ -98,7 +102,7 @@ class NodePublisher:
         self._kicked = False
         self._read_due = True  # the next check reads the node from the API server, not the cache
         self._checks = 0
-        self._worker = Worker("node-publisher", self._run, interrupt=self.kick)
+        self._worker = Worker("node-publisher", self._run, interrupt=self.kick, supervisor=supervisor)
         watch.add_listener(lambda _kind, _node: self.kick())
 
     @property
@@ -208,6 +212,7 @@ class NodePublisher:
             if read:
                 next_read = time.monotonic() + self.resync_s
             self._counted()
+            self._worker.turn()
             with self._cond:
                 self._cond.wait_for(
                     lambda: self._kicked or self._worker.stopping.is_set(),

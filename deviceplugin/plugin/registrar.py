@@ -16,6 +16,7 @@ import grpc
 
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.server import PluginServer, socket_identity
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -31,12 +32,13 @@ class Registrar:
         servers: Sequence[PluginServer],
         kubelet_socket: Path,
         on_registered: Callable[[], None] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.servers = tuple(servers)
         self.kubelet_socket = kubelet_socket
         self.on_registered = on_registered  # after every successful (re-)registration
         self._registered_with: tuple[int, int] | None = None
-        self._worker = Worker("registrar", self._run)
+        self._worker = Worker("registrar", self._run, supervisor=supervisor)
         self._backoff = BACKOFF_START_S
         self._waiting_logged = False
         self.registrations: Counter[str] = Counter()  # successful Register calls per resource
@@ -61,6 +63,7 @@ class Registrar:
         delay = 0.0
         while not self._worker.stopping.wait(delay):
             delay = self.step()
+            self._worker.turn()
 
     def _retry_later(self, what: str, err: Exception) -> float:
         detail = err.details() if isinstance(err, grpc.RpcError) else str(err)

@@ -25,6 +25,7 @@ from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, Key, Ledger
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.podresources import Listing, listable, read_listing
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
@@ -57,6 +58,7 @@ class Releaser:
         grace_s: float,
         clock: Callable[[], float] = time.monotonic,
         on_released: Callable[[str], None] = lambda pod_uid: None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.ledger = ledger
         self.pods = pods
@@ -71,7 +73,7 @@ class Releaser:
         # mounted), so there is no check to leave a release to; None: not asked yet.
         self._answered: bool | None = None
         self._reconcilers: list[Reconciler] = []
-        self._worker = Worker("release", self._run)
+        self._worker = Worker("release", self._run, supervisor=supervisor)
         if pods is not None:
             pods.add_listener(self.on_pod)
 
@@ -153,3 +155,4 @@ class Releaser:
             self.release_missing_pods()
             self.check_with_kubelet()
             self.ledger.purge()
+            self._worker.turn()
