@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,12 @@ from deviceplugin.fit import keys, objects
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.plugin.devices import RESOURCES
+from deviceplugin.sim import podstatus
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
+from deviceplugin.sim.apiserver.meta import rfc3339
 from deviceplugin.sim.kubelet import KubeletEmulator
+from deviceplugin.sim.nodestatus import NodeStatusReporter
 
 STARTUP_S = 30.0
 HTTP_TIMEOUT_S = 10.0
@@ -53,13 +56,16 @@ class NodeSpec:
 
 @dataclass
 class SimNode:
-    """A GPU node: kubelet emulator plus the real daemon, in `directory`."""
+    """A GPU node: kubelet emulator (with its node status) plus the real daemon, in `directory`."""
 
     spec: NodeSpec
     directory: Path
     kubelet: KubeletEmulator
+    status: NodeStatusReporter
     daemon: subprocess.Popen[bytes]
     log: Path
+    #: The node's pod network, one address per started pod (10.244.<node>.0/24, as a CNI would).
+    pod_ips: Iterator[str]
 
     @property
     def ledger(self) -> Path:
@@ -118,26 +124,30 @@ class SimCluster:
     def start(self) -> None:
         self.apiserver.start()
         self.apiserver.write_kubeconfig(self.kubeconfig)
-        for spec in self.node_specs:
+        kube = Kube(load_client(self.kubeconfig))
+        for index, spec in enumerate(self.node_specs):
             self.apiserver.create(
                 "nodes", {"metadata": {"name": spec.name, "labels": {"nvidia.com/gpu.present": "true"}}}
             )
-            self.nodes[spec.name] = self._start_node(spec)
-        kube = Kube(load_client(self.kubeconfig))
+            self.nodes[spec.name] = self._start_node(spec, kube, index)
         for strategy in sorted({spec.strategy for spec in self.node_specs}):
             config = ExtenderConfig(strategy=strategy, policy=self.policy)  # type: ignore[arg-type]
             self.extenders[strategy] = Extender(config, kube, address="127.0.0.1:0").start()
         for node in self.nodes.values():
             self._wait_ready(node)
 
-    def _start_node(self, spec: NodeSpec) -> SimNode:
+    def _start_node(self, spec: NodeSpec, kube: Kube, index: int) -> SimNode:
         directory = self.directory / spec.name
         hook = directory / "hook"
         hook.mkdir(parents=True)
         (hook / "libvgpu.so").write_bytes(b"stand-in for HAMi-core's library\n")
         pod_resources = directory / "pod-resources.sock"
-        kubelet = KubeletEmulator(directory / "plugins", pod_resources_socket=pod_resources)
+        status = NodeStatusReporter(spec.name, kube)
+        kubelet = KubeletEmulator(
+            directory / "plugins", pod_resources_socket=pod_resources, listener=status.kubelet_event
+        )
         kubelet.start()
+        status.start()
         log = directory / "daemon.log"
         command = [
             sys.executable,
@@ -156,11 +166,12 @@ class SimCluster:
         ]
         with log.open("wb") as out:
             daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        return SimNode(spec, directory, kubelet, daemon, log)
+        pod_ips = (f"10.244.{index}.{host}" for host in range(2, 255))
+        return SimNode(spec, directory, kubelet, status, daemon, log, pod_ips)
 
     def _wait_ready(self, node: SimNode) -> None:
-        """Until kubelet streams every resource and the daemon is ready; then publish the node's
-        capacity as kubelet would."""
+        """Until kubelet streams every resource, the daemon is ready and the node's allocatable
+        (which the node status reporter writes) shows what kubelet holds."""
         resources = [resource.name for resource in RESOURCES[node.spec.strategy]]
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
@@ -169,9 +180,9 @@ class SimCluster:
             states = [node.kubelet.resource(name) for name in resources]
             if all(s is not None and s.messages > 0 for s in states) and self._ready(node):
                 counts = {s.name: str(s.allocatable) for s in states if s is not None}
-                status = {"capacity": counts, "allocatable": counts}
-                self.apiserver.patch("nodes", node.spec.name, {"status": status}, subresource="status")
-                return
+                shown = (self.apiserver.get("nodes", node.spec.name) or {}).get("status") or {}
+                if counts.items() <= (shown.get("allocatable") or {}).items():
+                    return
             time.sleep(0.05)
         raise SimulationError(f"node {node.spec.name}: not ready within {STARTUP_S:g} s\n{node.output()}")
 
@@ -193,6 +204,7 @@ class SimCluster:
             except subprocess.TimeoutExpired:
                 node.daemon.kill()
             node.kubelet.stop()
+            node.status.stop()
         self.apiserver.stop()
 
     # --- scheduling -----------------------------------------------------------------------------
@@ -243,13 +255,16 @@ class SimCluster:
         if pod is None:
             placement.problem = "the pod vanished after its bind"
             return placement
-        admission = self.nodes[placement.node].kubelet.admit(pod)
+        node = self.nodes[placement.node]
+        admission = node.kubelet.admit(pod)
         placement.admission = admission
-        phase = "Running" if admission.admitted else "Failed"
-        status: dict[str, Any] = {"phase": phase}
-        if not admission.admitted:
+        if admission.admitted:
+            status = podstatus.started(
+                pod, host_ip=node.status.machine.address, pod_ip=next(node.pod_ips), at=rfc3339(time.time())
+            )
+        else:
             placement.problem = f"{admission.reason}: {admission.message}"
-            status |= {"reason": admission.reason, "message": admission.message}
+            status = podstatus.rejected(admission.reason, admission.message)
         self.apiserver.patch(
             "pods", placement.name, {"status": status}, placement.namespace, subresource="status"
         )
