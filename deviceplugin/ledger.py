@@ -108,10 +108,17 @@ class Patch:
     namespace: str
     name: str
     annotations: Mapping[str, str | None]
+    uid: str = ""  # the pod's: a pod of the same name created later is another pod ("": not known)
 
     def __hash__(self) -> int:
         return hash(
-            (self.target, self.namespace, self.name, tuple(sorted(self.annotations.items(), key=str)))
+            (
+                self.target,
+                self.namespace,
+                self.name,
+                tuple(sorted(self.annotations.items(), key=str)),
+                self.uid,
+            )
         )
 
 
@@ -163,6 +170,23 @@ class Move:
 
 def device_key(device_ids: Iterable[str]) -> str:
     return ",".join(sorted(device_ids))
+
+
+# An outbox entry due now, unless it is a pod's held back (parameters: now, the last id held back).
+_DUE = "next_attempt_at <= ? AND (target = 'node' OR id > ?)"
+
+
+def _patch_text(patch: Patch) -> str:
+    """An outbox row's `patch` column: the annotations, and the pod's UID when known."""
+    stored: dict[str, object] = {"annotations": dict(patch.annotations)}
+    if patch.uid:
+        stored["uid"] = patch.uid
+    return json.dumps(stored)
+
+
+def _patch(target: str, namespace: str, name: str, text: str) -> Patch:
+    stored = json.loads(text)
+    return Patch(target, namespace, name, stored["annotations"], stored.get("uid", ""))
 
 
 class Ledger:
@@ -424,32 +448,53 @@ class Ledger:
         db.executemany(
             "INSERT INTO outbox (target, namespace, name, patch, next_attempt_at, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (p.target, p.namespace, p.name, json.dumps({"annotations": dict(p.annotations)}), now, now)
-                for p in patches
-            ],
+            [(p.target, p.namespace, p.name, _patch_text(p), now, now) for p in patches],
         )
 
     def enqueue(self, patches: Iterable[Patch]) -> None:
         with self._transaction() as db:
             self._enqueue(db, patches, self._clock())
 
-    def due(self, limit: int = 50) -> list[OutboxEntry]:
-        """Outbox entries whose next attempt is due, oldest first."""
+    def due(self, limit: int = 50, hold_pods_through: int = 0) -> list[OutboxEntry]:
+        """The entries of each pod or node that has one due (the oldest `limit` due ones name
+        them), in ledger order, waiting ones included: a target's entries go together, so a
+        later value always wins. Pod entries up to id `hold_pods_through` are held back."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, target, namespace, name, patch, attempts FROM outbox"
-                " WHERE next_attempt_at <= ? ORDER BY id LIMIT ?",
-                (self._clock(), limit),
+                " WHERE (target, namespace, name) IN"
+                f" (SELECT target, namespace, name FROM outbox WHERE {_DUE} ORDER BY id LIMIT ?)"
+                " ORDER BY id",
+                (self._clock(), hold_pods_through, limit),
             ).fetchall()
         return [
-            OutboxEntry(id, Patch(target, namespace, name, json.loads(patch)["annotations"]), attempts)
+            OutboxEntry(id, _patch(target, namespace, name, patch), attempts)
             for id, target, namespace, name, patch, attempts in rows
         ]
 
-    def next_due_at(self) -> float | None:
+    def more_due_than(self, limit: int, hold_pods_through: int = 0) -> bool:
+        """Whether over `limit` entries are due (pod entries up to `hold_pods_through` held back)."""
         with self._lock:
-            return self._db.execute("SELECT MIN(next_attempt_at) FROM outbox").fetchone()[0]  # type: ignore[no-any-return]
+            found = self._db.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE {_DUE} LIMIT ?)",
+                (self._clock(), hold_pods_through, limit + 1),
+            ).fetchone()[0]
+        return int(found) > limit
+
+    def due_in(self, hold_pods_through: int = 0) -> float | None:
+        """Seconds until the next entry is due (0 or less: one is), None when none waits; pod
+        entries up to id `hold_pods_through` are not counted."""
+        with self._lock:
+            first = self._db.execute(
+                "SELECT MIN(next_attempt_at) FROM outbox WHERE target = 'node' OR id > ?",
+                (hold_pods_through,),
+            ).fetchone()[0]
+            return None if first is None else float(first) - self._clock()
+
+    def last_outbox_id(self) -> int:
+        """The newest entry's id, 0 when the outbox is empty (ids only grow)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM outbox").fetchone()[0])
 
     def done(self, entry_ids: Iterable[int]) -> None:
         """Forget sent patches. Not fsynced: after a crash a patch is at worst sent again, and every

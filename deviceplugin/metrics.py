@@ -155,6 +155,25 @@ class DaemonCollector(Collector):
                 value=services.kube.pods.staleness_s(),
             )
             yield from cache_metrics(PLUGIN, (services.kube.pods, services.kube.watch))
+            outbox = services.kube.outbox
+            batches = CounterMetricFamily(
+                f"{PLUGIN}_outbox_batches",
+                "Outbox passes, by what started them: backlog (the pass before left over a batch due) "
+                "or wait (new entries, a back-off ending)",
+                labels=["started_by"],
+            )
+            for started_by, count in sorted(outbox.batches.items()):
+                batches.add_metric([started_by], count)
+            entries = CounterMetricFamily(
+                f"{PLUGIN}_outbox_entries",
+                "Outbox entries, by outcome: sent (a pod's entries merged into one patch), pod-gone "
+                "(dropped unsent: the pod cache saw the pod deleted), refused (dropped on 404 or 422), "
+                "retried",
+                labels=["outcome"],
+            )
+            for outcome, count in sorted(outbox.entries.items()):
+                entries.add_metric([outcome], count)
+            yield from (batches, entries)
         if daemon.api is not None:
             errors = CounterMetricFamily(
                 f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", labels=["call", "status"]

@@ -175,7 +175,7 @@ class KubeSide:
             gpu.health,
             config.node_resync_interval,
         )
-        outbox = OutboxWorker(ledger, kube)
+        outbox = OutboxWorker(ledger, kube, pods)  # made before the cache starts, which it follows
         index = {g.uuid: g.index for g in gpu.gpus}
         about = Involved.node(config.node_name, uid=config.node_name)  # kubelet's convention for node events
 

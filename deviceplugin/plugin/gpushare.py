@@ -182,7 +182,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
         if pod.containers_left(done):
             return []
         # Volcano's node lock, if it took one
-        return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}), self._unlock()]
+        return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}, pod.uid), self._unlock()]
 
     def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:
         """`gpu-index` as the rows serve the pod (app containers' GPUs in order, then init

@@ -1,39 +1,85 @@
 """Applies the ledger's outbox: annotation patches queued by Allocate, sent in the background.
 
-Entries survive restarts (they are ledger rows), are retried with exponential back-off, and are
-dropped only when the object is gone (404) or the patch is refused as invalid (422), both of
-which no retry can fix.
+Entries survive restarts (they are ledger rows) and are retried with exponential back-off. A pass
+takes the due entries naming up to `BATCH` pods or nodes and merges each one's entries into one
+patch in ledger order (a later value, or a removal, wins); the entries merged are done, or
+retried, together.
+
+Dropped without a request, as the daemon's pod cache tells (a pod's entries carry its UID):
+the entries of a pod the cache has seen deleted (a DELETED event, or missing from a relist), and
+those queued before this worker started whose pod is absent from the cache once it has listed
+(that list came after them); until the cache's first list such entries are held back. A pod the
+cache has merely not seen (yet) is not taken for gone: its entries are sent and the API decides.
+Dropped after a request: 404 (the object is gone) and 422 (refused as invalid), which no retry
+can fix.
+
+Pacing: while over a batch is due the batches follow one another at once (a backlog needs no
+gathering); otherwise the worker waits for new entries, plus `BATCH_GAP_S`, or for the next
+back-off to end.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 
+from deviceplugin.fit import objects
 from deviceplugin.kube.api import ApiError, Kube
-from deviceplugin.ledger import Ledger, Patch
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.ledger import Ledger, OutboxEntry, Patch
 from deviceplugin.logs import get_log
+from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
+BATCH = 50  # pods and nodes per pass; the node's lock release is merged over a pass
+# While entries from before the start wait for the pod cache's first list: how often to look.
 IDLE_WAIT_S = 1.0
-# The least pause between two batches. A lone Allocate's patches go out at once (Volcano binds
-# no other pod to the node until its lock is released); in a burst of Allocates the entries
-# gather, so the burst shares one lock release instead of one each and competes less with
-# Allocate itself.
+# The least pause between a pass and the one new entries woke. A lone Allocate's patches go out
+# at once (Volcano binds no other pod to the node until its lock is released); in a burst of
+# Allocates the entries gather, so the burst shares one lock release instead of one each and
+# competes less with Allocate itself.
 BATCH_GAP_S = 0.05
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 60.0
 PERMANENT = frozenset({404, 422})
+GONE_KEPT = 10_000  # UIDs of deleted pods remembered; an older one's entries are sent (and get 404)
+
+
+def merged(entries: Sequence[OutboxEntry]) -> Patch:
+    """One target's entries as one patch, later values winning."""
+    annotations: dict[str, str | None] = {}
+    for entry in entries:
+        annotations.update(entry.patch.annotations)
+    first = entries[0].patch
+    return Patch(first.target, first.namespace, first.name, annotations, first.uid)
 
 
 class OutboxWorker:
-    def __init__(self, ledger: Ledger, kube: Kube) -> None:
+    """Made before its pod cache starts (the entries queued by then predate the cache's lists).
+    Counts for the metrics: `batches` by what started the pass ("backlog": the previous one left
+    over a batch due; "wait"), `entries` by outcome ("sent", "pod-gone": dropped unsent,
+    "refused": dropped on 404 or 422, "retried")."""
+
+    def __init__(
+        self, ledger: Ledger, kube: Kube, pods: PodCache, supervisor: Supervisor | None = None
+    ) -> None:
         self.ledger = ledger
         self.kube = kube
+        self.pods = pods
+        self.batches: Counter[str] = Counter()
+        self.entries: Counter[str] = Counter()
+        # Entries up to this id were queued before this worker, and so before any list of its cache.
+        self._before = ledger.last_outbox_id()
+        self._listed = False  # the cache has listed since
+        self._gone: OrderedDict[str, None] = OrderedDict()  # UIDs of pods the cache saw deleted
+        self._gone_lock = threading.Lock()
+        pods.add_listener(self._on_pod)
         self._wake = threading.Event()
-        self._worker = Worker("outbox", self._run, interrupt=self._wake.set)
+        self._worker = Worker("outbox", self._run, interrupt=self._wake.set, supervisor=supervisor)
 
     def start(self) -> None:
         self._worker.start()
@@ -44,6 +90,28 @@ class OutboxWorker:
     def wake(self) -> None:
         """New entries are waiting: apply them now rather than at the next poll."""
         self._wake.set()
+
+    def _on_pod(self, kind: str, pod: Mapping[str, object]) -> None:
+        if kind != "DELETED":
+            return
+        with self._gone_lock:
+            self._gone[objects.uid(pod)] = None
+            if len(self._gone) > GONE_KEPT:
+                self._gone.popitem(last=False)
+
+    def _pod_gone(self, patch: Patch, first_id: int) -> bool:
+        """Whether the cache tells the patch's pod is gone (see the module's docstring)."""
+        if patch.target != "pod" or not patch.uid or self.pods.get(patch.uid) is not None:
+            return False
+        if first_id <= self._before:
+            return self._listed
+        with self._gone_lock:
+            return patch.uid in self._gone
+
+    def _held_through(self) -> int:
+        """Pod entries up to this id wait for the cache's first list (0: none wait)."""
+        self._listed = self._listed or self.pods.synced
+        return 0 if self._listed else self._before
 
     def apply(self, patch: Patch) -> None:
         if patch.target == "pod":
@@ -64,37 +132,67 @@ class OutboxWorker:
         if kept:
             self.kube.patch_node(patch.name, {"metadata": {"annotations": kept}})
 
-    def run_once(self) -> int:
-        """Apply every due entry once (identical patches once); returns how many are left."""
-        applied: dict[Patch, ApiError | None] = {}
+    def run_once(self, started_by: str = "wait") -> bool:
+        """One pass over the due entries; returns whether over a batch was due (go on at once)."""
+        held = self._held_through()
+        more = self.ledger.more_due_than(BATCH, held)
+        groups: dict[tuple[str, str, str, str], list[OutboxEntry]] = {}
+        for entry in self.ledger.due(BATCH, held):
+            patch = entry.patch
+            groups.setdefault((patch.target, patch.namespace, patch.name, patch.uid), []).append(entry)
+        if groups:
+            self.batches[started_by] += 1
         done: list[int] = []
-        for entry in self.ledger.due():
+        for group in groups.values():
             if self._worker.stopping.is_set():
                 break
-            key = entry.patch
-            if key not in applied:
-                try:
-                    self.apply(key)
-                    applied[key] = None
-                except ApiError as err:
-                    applied[key] = err
-            error = applied[key]
-            if error is None or error.status in PERMANENT:
-                if error is not None:
-                    log.warning("outbox patch dropped", target=entry.patch.name, error=str(error))
-                done.append(entry.id)
-            else:
-                self.ledger.retry_later(
-                    entry.id, str(error), min(BACKOFF_START_S * 2**entry.attempts, BACKOFF_MAX_S)
-                )
+            if self._settle(merged(group), group):
+                done.extend(entry.id for entry in group)
         if done:
             self.ledger.done(done)
-        return self.ledger.outbox_size()
+        return more
+
+    def _settle(self, patch: Patch, group: Sequence[OutboxEntry]) -> bool:
+        """Send (or drop) one target's merged patch; whether its entries are done."""
+        if self._pod_gone(patch, group[0].id):
+            log.info("outbox patch dropped: the pod is gone", pod=f"{patch.namespace}/{patch.name}")
+            self.entries["pod-gone"] += len(group)
+            return True
+        try:
+            self.apply(patch)
+        except ApiError as err:
+            if err.status in PERMANENT:
+                log.warning("outbox patch dropped", target=patch.name, error=str(err))
+                self.entries["refused"] += len(group)
+                return True
+            delay = min(BACKOFF_START_S * 2 ** max(entry.attempts for entry in group), BACKOFF_MAX_S)
+            for entry in group:
+                self.ledger.retry_later(entry.id, str(err), delay)
+            self.entries["retried"] += len(group)
+            return False
+        self.entries["sent"] += len(group)
+        return True
+
+    def _idle_s(self) -> float | None:
+        """How long to wait when no new entry comes: until the next back-off ends (None: no end),
+        at most `IDLE_WAIT_S` while entries wait for the cache's first list."""
+        held = self._held_through()
+        due_in = self.ledger.due_in(held)
+        wait = None if due_in is None else max(0.0, due_in)
+        if held:
+            return IDLE_WAIT_S if wait is None else min(wait, IDLE_WAIT_S)
+        return wait
 
     def _run(self) -> None:
+        started_by = "wait"
         while not self._worker.stopping.is_set():
             self._wake.clear()
-            self.run_once()
+            backlog = self.run_once(started_by)
+            self._worker.turn()
+            if backlog:
+                started_by = "backlog"
+                continue
+            started_by = "wait"
             finished = time.monotonic()
-            if self._wake.wait(IDLE_WAIT_S):
+            if self._wake.wait(self._idle_s()):
                 self._worker.stopping.wait(finished + BATCH_GAP_S - time.monotonic())

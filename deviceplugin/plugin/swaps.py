@@ -156,7 +156,7 @@ def correction_patches(
         if changed:
             meta = objects.metadata(pod)
             namespace = str(meta.get("namespace") or "default")
-            patches.append(Patch("pod", namespace, str(meta.get("name")), changed))
+            patches.append(Patch("pod", namespace, str(meta.get("name")), changed, uid))
     return patches
 
 

@@ -341,14 +341,14 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         slots = [() if key in done else slot for key, slot in zip(pod.slot_keys, pod.slots, strict=True)]
         annotations = {keys.DEVICES_TO_ALLOCATE: encode_pod_devices(slots)}
         if any(slot for slot in slots):
-            return [Patch("pod", pod.namespace, pod.name, annotations)]
+            return [Patch("pod", pod.namespace, pod.name, annotations, pod.uid)]
         annotations[keys.BIND_PHASE] = keys.BIND_PHASE_SUCCESS
-        return [Patch("pod", pod.namespace, pod.name, annotations), self._unlock()]
+        return [Patch("pod", pod.namespace, pod.name, annotations, pod.uid), self._unlock()]
 
     def _failure_patches(self, pod: PendingPod | None) -> list[Patch]:
         if pod is None:
             return [self._unlock()]
-        failed = Patch("pod", pod.namespace, pod.name, {keys.BIND_PHASE: keys.BIND_PHASE_FAILED})
+        failed = Patch("pod", pod.namespace, pod.name, {keys.BIND_PHASE: keys.BIND_PHASE_FAILED}, pod.uid)
         return [failed, self._unlock()]
 
     def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:

@@ -111,7 +111,7 @@ def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeou
     events.start()
     health = HealthState(tuple(g.uuid for g in GPUS))
     devices = DeviceList(RESOURCES[strategy][0], GPUS, Layout(split_count=4))  # type: ignore[index]
-    outbox = OutboxWorker(ledger, kube)
+    outbox = OutboxWorker(ledger, kube, pods)
     options: dict[str, Any] = {"node_name": NODE, "timeout_s": timeout_s, "on_outbox": outbox.wake}
     allocator: PodAllocator[Any]
     if strategy == "vgpu":

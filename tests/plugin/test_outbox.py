@@ -1,13 +1,16 @@
 """The outbox worker against the API-server emulator: what it writes, what it retries, what it
-drops, and how few requests a burst of Allocates costs."""
+drops, and how few requests a burst of Allocates costs. (Draining, merging and dropping through
+the daemon: tests/e2e/test_outbox.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deviceplugin.kube.api import Kube
+from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, Patch
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.sim.apiserver import ApiServerEmulator
@@ -31,11 +34,20 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 @pytest.fixture
-def worker(ledger: Ledger, kube: Kube, apiserver: ApiServerEmulator) -> OutboxWorker:
+def pods(kube: Kube) -> Iterator[PodCache]:
+    cache = PodCache(kube, "n")
+    cache.start()
+    assert cache.wait_synced(10)
+    yield cache
+    cache.stop()
+
+
+@pytest.fixture
+def worker(ledger: Ledger, kube: Kube, pods: PodCache, apiserver: ApiServerEmulator) -> OutboxWorker:
     node = node_object("n")
     node["metadata"]["annotations"] = {LOCK: "2026-11-21T10:00:00Z", "keep": "1"}
     apiserver.create("nodes", node)
-    return OutboxWorker(ledger, kube)
+    return OutboxWorker(ledger, kube, pods)
 
 
 def notes(apiserver: ApiServerEmulator, plural: str, name: str, namespace: str = "") -> dict[str, str]:
@@ -51,7 +63,8 @@ def test_a_burst_costs_one_lock_release_and_one_patch_per_pod(
         apiserver.create("pods", pod_object(f"p{n}", "n"))
         ledger.enqueue([assigned(f"p{n}"), unlock()])
     apiserver.requests.clear()
-    assert worker.run_once() == 0
+    worker.run_once()
+    assert ledger.outbox_size() == 0
     assert apiserver.requests.count(method="PATCH", path="/nodes/n") == 1
     assert apiserver.requests.count(method="PATCH", path="/pods/") == 5
     assert notes(apiserver, "nodes", "n") == {"keep": "1"}
@@ -65,22 +78,42 @@ def test_an_absent_lock_is_done_without_a_write(
     worker.run_once()
     before = apiserver.get("nodes", "n")
     ledger.enqueue([unlock()])
-    assert worker.run_once() == 0
+    worker.run_once()
+    assert ledger.outbox_size() == 0
     assert apiserver.get("nodes", "n") == before  # same resourceVersion: no new node version
 
 
 def test_a_pod_that_is_gone_is_dropped(worker: OutboxWorker, ledger: Ledger) -> None:
     ledger.enqueue([assigned("never-existed")])
-    assert worker.run_once() == 0
+    worker.run_once()
+    assert ledger.outbox_size() == 0
+    assert worker.entries == {"refused": 1}
+
+
+def test_a_pod_the_cache_has_not_seen_is_not_taken_for_gone(
+    worker: OutboxWorker, ledger: Ledger, apiserver: ApiServerEmulator
+) -> None:
+    """Absent from the (synced) cache but never seen deleted there: the patch is sent."""
+    elsewhere = apiserver.create("pods", pod_object("elsewhere", "other-node"))  # never in this cache
+    ledger.enqueue([Patch("pod", "default", "elsewhere", {"a": "1"}, elsewhere["metadata"]["uid"])])
+    worker.run_once()
+    assert notes(apiserver, "pods", "elsewhere", "default") == {"a": "1"}
+    assert worker.entries == {"sent": 1}
 
 
 def test_server_errors_are_retried_with_backoff_and_survive_a_restart(
-    worker: OutboxWorker, ledger: Ledger, kube: Kube, apiserver: ApiServerEmulator, tmp_path: Path
+    worker: OutboxWorker,
+    ledger: Ledger,
+    kube: Kube,
+    pods: PodCache,
+    apiserver: ApiServerEmulator,
+    tmp_path: Path,
 ) -> None:
     apiserver.create("pods", pod_object("p", "n"))
     ledger.enqueue([assigned("p")])
     apiserver.faults.error(503, method="PATCH")
-    assert worker.run_once() == 1
+    worker.run_once()
+    assert ledger.outbox_size() == 1
     assert ledger.due() == []  # waiting out its back-off
     apiserver.faults.clear()
     ledger.close()
@@ -88,7 +121,8 @@ def test_server_errors_are_retried_with_backoff_and_survive_a_restart(
     reopened = Ledger(tmp_path / "ledger.db", clock=lambda: 1e12)  # long after the back-off
     (entry,) = reopened.due()
     assert entry.attempts == 1
-    assert OutboxWorker(reopened, kube).run_once() == 0
+    OutboxWorker(reopened, kube, pods).run_once()
+    assert reopened.outbox_size() == 0
     assert notes(apiserver, "pods", "p", "default") == {"volcano.sh/gpu-assigned": "true"}
 
 
