@@ -148,6 +148,14 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily(
             f"{PLUGIN}_outbox_backlog", "API patches waiting to be sent", value=services.ledger.outbox_size()
         )
+        waiting = GaugeMetricFamily(
+            f"{PLUGIN}_allocate_waiting",
+            "Allocate calls waiting (up to --allocate-timeout) for their pod to reach the pod cache",
+            labels=["resource"],
+        )
+        for resource, count in sorted(stats.waiting().items()):
+            waiting.add_metric([resource], count)
+        yield waiting
         if services.kube is not None:
             yield GaugeMetricFamily(
                 f"{PLUGIN}_pod_cache_staleness_seconds",

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol
@@ -61,8 +61,9 @@ LatencyObserver = Callable[[str, str, float], None]
 class AllocationStats:
     """What the metrics endpoint exports: outcomes per resource, failures per reason, how often
     kubelet's device IDs were not on the GPUs the scheduler chose, what told apart pods asking
-    the same count (resource, signal), containers found served as another pod and corrected, and
-    each call's latency (to the observers: the metrics module keeps the histogram)."""
+    the same count (resource, signal), containers found served as another pod and corrected,
+    each call's latency (to the observers: the metrics module keeps the histogram) and the calls
+    waiting for their pod."""
 
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
@@ -70,11 +71,29 @@ class AllocationStats:
     resolved: Counter[tuple[str, str]] = field(default_factory=Counter)
     swaps: Counter[str] = field(default_factory=Counter)
     observers: list[LatencyObserver] = field(default_factory=list)
+    _waiting: Counter[str] = field(default_factory=Counter)
+    _waiting_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, resource: str, outcome: str, seconds: float) -> None:
         self.outcomes[(resource, outcome)] += 1
         for observe in self.observers:
             observe(resource, outcome, seconds)
+
+    @contextlib.contextmanager
+    def waiting_for(self, resource: str) -> Iterator[None]:
+        """Counts a call waiting for its pod to reach the pod cache while the block runs."""
+        with self._waiting_lock:
+            self._waiting[resource] += 1
+        try:
+            yield
+        finally:
+            with self._waiting_lock:
+                self._waiting[resource] -= 1
+
+    def waiting(self) -> dict[str, int]:
+        """Calls waiting for their pod now, by resource."""
+        with self._waiting_lock:
+            return dict(self._waiting)
 
 
 class Allocator(Protocol):
@@ -230,15 +249,14 @@ class PodAllocator(Generic[P]):
     def _unlock(self) -> Patch:
         return Patch("node", "", self.node_name, {self.lock_key: None})
 
-    def _resolve(self, units: int, served: frozenset[Key], deadline: float) -> tuple[P, ContainerNeed, bool]:
-        """The pod and container this request is for, waiting (bounded) for the cache, and
-        whether it was the only candidate or kubelet's records told it."""
-        if not self.pending.first(served, units):
-            self.pods.wait_until(
-                lambda _: self.pending.first(served, units) is not None, max(0.0, deadline - time.monotonic())
-            )
+    def _resolve(
+        self, units: int, served: frozenset[Key], deadline: float
+    ) -> tuple[P, ContainerNeed, bool] | None:
+        """The pod and container this request is for, and whether it was the only candidate or
+        kubelet's records told it; None while no pod asks for it and the deadline is ahead (the
+        caller waits for one, `_await_candidate`); an AllocateError after the deadline."""
         match = self._identify(units, served, deadline, keep=False)
-        if match is not None:
+        if match is not None or time.monotonic() < deadline:
             return match
         what = self._asking(units)
         if not self.pods.synced:
@@ -254,6 +272,15 @@ class PodAllocator(Generic[P]):
             f"node {self.node_name}: no pod bound here has a container waiting for {what} "
             f"(waited {self.timeout_s:g}s; {len(self.pods.pods())} pod(s) on the node)",
         )
+
+    def _await_candidate(self, units: int, deadline: float) -> None:
+        """Wait (bounded) for the cache to bring a pod asking `units`, without the lock: the
+        Allocates of pods already cached are served meanwhile."""
+        with self.stats.waiting_for(self.resource):
+            self.pods.wait_until(
+                lambda _: self.pending.first(self.ledger.served(), units) is not None,
+                max(0.0, deadline - time.monotonic()),
+            )
 
     def _reusing(
         self, row: Allocation, served: frozenset[Key], units: int
@@ -343,13 +370,24 @@ class PodAllocator(Generic[P]):
         self, device_ids: Sequence[str], deadline: float
     ) -> tuple[pb.ContainerAllocateResponse, str]:
         kubelet_gpus = check_ids(self.devices, device_ids)
+        while (answer := self._serve(device_ids, kubelet_gpus, deadline)) is None:
+            self._await_candidate(len(device_ids), deadline)
+        return answer
+
+    def _serve(
+        self, device_ids: Sequence[str], kubelet_gpus: Sequence[GpuInfo], deadline: float
+    ) -> tuple[pb.ContainerAllocateResponse, str] | None:
+        """The answer and its outcome; None when no pod asks for the IDs yet (see `_resolve`)."""
         with self._lock:
             served_keys = self.ledger.served()  # unchanged while the lock is held
             repeat = self.ledger.find_by_devices(self.resource, device_ids)
             reuse = None if repeat is None else self._reusing(repeat, served_keys, len(device_ids))
             if repeat is not None and reuse is None:
                 return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
-            pod, need, sure = reuse or self._resolve(len(device_ids), served_keys, deadline)
+            found = reuse or self._resolve(len(device_ids), served_keys, deadline)
+            if found is None:
+                return None
+            pod, need, sure = found
             try:
                 served = self._placement(pod, need, kubelet_gpus)
             except AllocateError as err:

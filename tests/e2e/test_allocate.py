@@ -28,9 +28,14 @@ NUM = "volcano.sh/gpu-number"
 
 
 def launch(
-    start: Callable[..., Daemon], apiserver: ApiServerEmulator, kubelet: KubeletEmulator, workdir: Path
+    start: Callable[..., Daemon],
+    apiserver: ApiServerEmulator,
+    kubelet: KubeletEmulator,
+    workdir: Path,
+    *extra: str,
 ) -> Daemon:
-    """Start the daemon and wait until kubelet streams its devices and its pod cache has listed."""
+    """Start the daemon (`extra`: more options) and wait until kubelet streams its devices and its
+    pod cache has listed."""
     kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
     daemon = start(
         "--fake-gpus",
@@ -41,6 +46,7 @@ def launch(
         "1",
         "--reconcile-interval",
         "0.5",
+        *extra,
     )
     assert kubelet.wait_for(streaming(MEM), TIMEOUT_S), daemon.output()
     eventually(lambda: "pod cache listed" in daemon.output(), daemon)
