@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DAEMONSET = ROOT / "daemonset.yaml"
 EXTENDER = ROOT / "deploy" / "extender.yaml"
 VGPU_CONFIG = ROOT / "deploy" / "vgpu-config.yaml"  # the HAMi vGPU plugin's ConfigMaps
-MANIFESTS = (DAEMONSET, EXTENDER, VGPU_CONFIG)
+ADMISSION_POLICY = ROOT / "deploy" / "admission-policy.yaml"  # ValidatingAdmissionPolicies and bindings
+MANIFESTS = (DAEMONSET, EXTENDER, VGPU_CONFIG, ADMISSION_POLICY)
+# Cluster-scoped kinds the manifests hold; everything else lives in NAMESPACE.
+CLUSTER_KINDS = frozenset(
+    {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+)
 NAMESPACE = "volcano-gpu"
 IMAGE = "ghcr.io/volcano-gpu/deviceplugin:0.1.0"
 SCHEDULER_CONFIG_MAP = "volcano-gpu-scheduler-config"

@@ -15,6 +15,7 @@ from deviceplugin.config import DaemonConfig
 from deviceplugin.extender.config import load_config as load_extender_config
 from deviceplugin.fit.quantity import parse_quantity
 from tests.deploy.manifests import (
+    CLUSTER_KINDS,
     DAEMONSET,
     EXTENDER,
     IMAGE,
@@ -66,7 +67,7 @@ def test_everything_lives_in_one_namespace() -> None:
         for doc in documents(path):
             if doc["kind"] == "Namespace":
                 assert doc["metadata"]["name"] == NAMESPACE
-            elif doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+            elif doc["kind"] not in CLUSTER_KINDS:
                 assert doc["metadata"]["namespace"] == NAMESPACE, f"{path.name} {doc['kind']}"
     find(documents(DAEMONSET), "Namespace", NAMESPACE)
     # declared once: `kubectl delete -f deploy/extender.yaml` must not take the daemons with it

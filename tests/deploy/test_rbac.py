@@ -5,7 +5,8 @@ kubelet emulator through a flow that reaches each of its API paths: the pod cach
 a dropped watch resumed), node state (annotations, status), Allocate's outbox (pod annotations,
 the scheduler's node lock), events (a refused Allocate, an unhealthy GPU). Every request the
 emulator answered is turned into the RBAC permission it needs, the way the API server does, and
-the role must grant each of them and nothing else."""
+the role must grant each of them and nothing else. Every write the daemon made must also pass
+deploy/admission-policy.yaml, evaluated with the identity of a pod on the daemon's node."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from deviceplugin.fit import keys
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
+from tests.deploy.admission import DAEMON_USER, admitted, pod_token_extra, recorded_writes
 from tests.deploy.manifests import DAEMONSET, Access, documents, find, granted, request_access
 
 NODE = "node-1"
@@ -91,6 +93,16 @@ def launch(
     return run
 
 
+def assert_writes_admitted(apiserver: ApiServerEmulator, since: int) -> set[str]:
+    """Every write since `since` passes the admission policy as the daemon on NODE; returns what
+    kinds of write there were (`nodes`, `nodes/status`, `pods`, `events`)."""
+    writes = recorded_writes(apiserver, since, DAEMON_USER, pod_token_extra(NODE))
+    for write in writes:
+        allowed, denials = admitted(write)
+        assert allowed, f"{write.operation} {write.resource}/{write.subresource}: {denials}"
+    return {f"{w.resource}/{w.subresource}" if w.subresource else w.resource for w in writes}
+
+
 def exercise_common(apiserver: ApiServerEmulator, daemon: Daemon, events: Path) -> None:
     """Paths every mode shares: a watch that drops and resumes, a GPU going unhealthy (event)."""
     apiserver.drop_watches()
@@ -108,6 +120,7 @@ def test_share_mode_calls_are_exactly_what_the_role_grants(
     role: set[Access],
 ) -> None:
     apiserver.patch("nodes", NODE, {"metadata": {"annotations": {keys.GPUSHARE_LOCK: "taken"}}})
+    since = apiserver.resource_version  # what follows is the daemon's, but the pods the test creates
     daemon, events = launch()
     assert kubelet.wait_for(streaming(keys.GPU_MEMORY), TIMEOUT_S), daemon.output()
     eventually(lambda: node(apiserver)["status"]["capacity"].get(keys.GPU_NUMBER) == "2", daemon)
@@ -141,6 +154,7 @@ def test_share_mode_calls_are_exactly_what_the_role_grants(
     assert not role - made, (
         f"the ClusterRole grants what the daemon never calls: {sorted(map(str, role - made))}"
     )
+    assert assert_writes_admitted(apiserver, since) == {"nodes", "nodes/status", "pods", "events"}
 
 
 def test_vgpu_mode_calls_are_all_granted(
@@ -151,6 +165,7 @@ def test_vgpu_mode_calls_are_all_granted(
     workdir: Path,
 ) -> None:
     apiserver.patch("nodes", NODE, {"metadata": {"annotations": {keys.VGPU_LOCK: "taken"}}})
+    since = apiserver.resource_version
     hook = workdir / "hook"
     hook.mkdir()
     (hook / "libvgpu.so").write_bytes(b"")  # the daemon only checks that HAMi-core is installed
@@ -187,6 +202,7 @@ def test_vgpu_mode_calls_are_all_granted(
 
     made = calls(apiserver)
     assert not made - role, f"the daemon calls what its ClusterRole lacks: {sorted(map(str, made - role))}"
+    assert assert_writes_admitted(apiserver, since) == {"nodes", "pods", "events"}
 
 
 @pytest.mark.parametrize(
