@@ -1,13 +1,14 @@
 """Kubelet's node status for an emulated node, kept on the API server over HTTP.
 
-Attached to a kubelet emulator as its listener, it writes what kubelet writes: the four node
-conditions (Ready with `KubeletReady`) with `lastHeartbeatTime` renewed every `heartbeat_s` and
-`lastTransitionTime` kept until a status changes; capacity and allocatable (the machine's cpu,
-memory, ephemeral-storage and pods, and each device-plugin resource: every device as capacity, the
-healthy ones as allocatable); addresses and system info. It writes again as soon as the kubelet
-emulator reports a change. Once the kubelet emulator stops, nobody posts: the node lifecycle
-controller would mark every condition Unknown after its grace period, and this does it at once.
-`kubectl get nodes` then shows NotReady; a `NodeReady` / `NodeNotReady` Event marks each change.
+Attached to a kubelet emulator as its listener, it writes what kubelet writes: the node's Lease in
+kube-node-lease (kubelet's heartbeat) and the four node conditions (Ready with `KubeletReady`), both
+renewed every `heartbeat_s`, `lastTransitionTime` kept until a status changes; capacity and
+allocatable (the machine's cpu, memory, ephemeral-storage and pods, and each device-plugin resource:
+every device as capacity, the healthy ones as allocatable); addresses and system info. It writes
+again as soon as the kubelet emulator reports a change. Once the kubelet emulator stops, nobody
+posts: the node lifecycle controller would mark every condition Unknown after its grace period, and
+this does it at once. `kubectl get nodes` then shows NotReady; a `NodeReady` / `NodeNotReady` Event
+marks each change.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import kubernetes
+import urllib3
 
 from deviceplugin import __version__
 from deviceplugin.kube.api import ApiError, Kube, Obj
@@ -34,6 +38,10 @@ log = get_log(__name__)
 #: Kubelet's default nodeStatusUpdateFrequency.
 HEARTBEAT_S = 10.0
 KUBELET_PORT = 10250
+LEASE_NAMESPACE = "kube-node-lease"
+#: Kubelet's nodeLeaseDurationSeconds.
+LEASE_DURATION_S = 40
+_APPLY_PATCH = "application/apply-patch+yaml"
 _ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
 # (type, reason and message while kubelet posts); the pressure conditions are never raised here.
 _CONDITIONS = (
@@ -81,6 +89,7 @@ class NodeStatusReporter:
         self.node = node
         self.machine = machine or Machine()
         self._kube = kube
+        self._leases = kubernetes.client.CoordinationV1Api(kube.core.api_client)
         self._heartbeat_s = heartbeat_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -136,12 +145,38 @@ class NodeStatusReporter:
         if changed:
             self._transition = now
         status = self._status(devices, now) if up else {"conditions": self._unknown(now)}
-        self._kube.patch_node_status(self.node, {"status": status})
+        written = self._kube.patch_node_status(self.node, {"status": status})
         self._posted_ready = up
         if up:
             self._heartbeat = now
+            self._renew_lease(str(written["metadata"]["uid"]))
         if changed:
             self._record(up)
+
+    def _renew_lease(self, node_uid: str) -> None:
+        """Create or renew the node's Lease (one server-side apply does both), owned by the Node."""
+        owner = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node_uid}
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.node, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
+            "spec": {
+                "holderIdentity": self.node,
+                "leaseDurationSeconds": LEASE_DURATION_S,
+                "renewTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(self._clock())),
+            },
+        }
+        try:
+            self._leases.patch_namespaced_lease(
+                self.node,
+                LEASE_NAMESPACE,
+                lease,
+                field_manager="kubelet",
+                _content_type=_APPLY_PATCH,
+                _preload_content=False,
+            )
+        except (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+            log.warning("node lease not renewed", node=self.node, error=str(error))
 
     def _record(self, ready: bool) -> None:
         """`NodeReady` from kubelet, or `NodeNotReady` from the node lifecycle controller."""

@@ -70,6 +70,7 @@ def kubectl_for(binary: str, kubeconfig: Path, workdir: Path) -> Kubectl:
         "HOME": str(home),
         "KUBECACHEDIR": str(workdir / "kube-cache"),
         "KUBECONFIG": str(kubeconfig),
+        "TZ": "UTC",  # times kubectl prints
     }
     return Kubectl(binary, env, workdir)
 

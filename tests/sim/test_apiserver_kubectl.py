@@ -140,6 +140,25 @@ def test_events_the_daemon_posts_show_when_they_were_seen(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", listed["lastTimestamp"])
 
 
+def test_api_resources_and_a_lease_in_its_group(kubectl: Kubectl, emulator: ApiServerEmulator) -> None:
+    rows = cells(kubectl("api-resources").stdout)
+    assert rows[0] == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    assert ["leases", "coordination.k8s.io/v1", "true", "Lease"] in rows
+    lease: Obj = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "gpu-1", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "gpu-1", "leaseDurationSeconds": 40},
+    }
+    path = kubectl.manifest("lease.yaml", lease)
+    assert kubectl("apply", "-f", path).stdout.strip() == "lease.coordination.k8s.io/gpu-1 created"
+    assert cells(kubectl("get", "leases", "-A").stdout)[1][:3] == ["kube-node-lease", "gpu-1", "gpu-1"]
+    stored = emulator.get("leases", "gpu-1", "kube-node-lease")
+    assert stored is not None and stored["apiVersion"] == "coordination.k8s.io/v1"
+    wrong = kubectl("get", "--raw", "/api/v1/namespaces/kube-node-lease/leases", check=False)
+    assert wrong.returncode == 1 and "NotFound" in wrong.stderr  # leases live in their group only
+
+
 def test_selectors(kubectl: Kubectl, emulator: ApiServerEmulator) -> None:
     running_pod(emulator, "a", "gpu-1", labels={"app": "web"})
     running_pod(emulator, "b", "gpu-2", labels={"app": "db"})

@@ -87,6 +87,7 @@ def test_describe_node_shows_conditions_capacity_and_allocated_percentages(kubec
     assert allocatable["cpu:"] == "8" and allocatable["memory:"] == "32Gi"
     assert allocatable["volcano.sh/gpu-memory:"] == "21978" and allocatable["volcano.sh/gpu-number:"] == "2"
     assert "InternalIP:  127.0.0.1" in text and f"Hostname:    {NODE}" in text
+    assert f"HolderIdentity:  {NODE}" in text and "Failed to get lease" not in text
     # kubectl sums the node's non-terminated pods' requests against allocatable (500m of 8 CPUs).
     pods = cells("\n".join(section(text, "Non-terminated Pods:")[1:]))
     assert pods[0][:6] == [

@@ -129,6 +129,31 @@ def test_heartbeats_renew_while_the_transition_time_stays(
         assert node.ready()["lastTransitionTime"] == first["lastTransitionTime"]
 
 
+def test_the_node_lease_is_renewed_with_each_heartbeat(
+    emulator: ApiServerEmulator, directory: Path, kubectl: Kubectl
+) -> None:
+    seconds = itertools.count(1_700_049_600, 60)  # from 2023-11-15 12:00 UTC
+    with running_node(emulator, directory, 0.01, lambda: float(next(seconds))):
+        assert wait_until(lambda: emulator.get("leases", NODE, "kube-node-lease") is not None)
+        first = (emulator.get("leases", NODE, "kube-node-lease") or {})["spec"]
+        assert wait_until(
+            lambda: (
+                (emulator.get("leases", NODE, "kube-node-lease") or {})["spec"]["renewTime"]
+                > first["renewTime"]
+            )
+        )
+        lease = emulator.get("leases", NODE, "kube-node-lease") or {}
+        node_uid = (emulator.get("nodes", NODE) or {})["metadata"]["uid"]
+    assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseDurationSeconds"]) == (NODE, 40)
+    assert lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}
+    ]
+    assert cells(kubectl("get", "leases", "-n", "kube-node-lease").stdout)[1][:2] == [NODE, NODE]
+    described = kubectl("describe", "node", NODE).stdout
+    assert "Failed to get lease" not in described
+    assert f"HolderIdentity:  {NODE}" in described and "RenewTime:       Wed, 15 Nov 2023 12:" in described
+
+
 def test_a_stopped_kubelet_leaves_the_node_not_ready_until_it_serves_again(
     node: Node, kubectl: Kubectl
 ) -> None:

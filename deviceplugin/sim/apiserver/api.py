@@ -21,7 +21,7 @@ from deviceplugin.logs import get_log
 from deviceplugin.sim.apiserver import discovery, errors, routes, tables
 from deviceplugin.sim.apiserver.errors import ApiError
 from deviceplugin.sim.apiserver.jsonpatch import apply_json_patch
-from deviceplugin.sim.apiserver.kinds import API_VERSION, Kind
+from deviceplugin.sim.apiserver.kinds import Kind
 from deviceplugin.sim.apiserver.mergepatch import merge_patch, strategic_merge_patch
 from deviceplugin.sim.apiserver.meta import Obj, dig, labels_of, name_of, namespace_of, resource_version_of
 from deviceplugin.sim.apiserver.selectors import FieldSelector, LabelSelector
@@ -103,14 +103,13 @@ class Api:
             "/version": discovery.version,
             "/api": lambda: discovery.api_versions(self._server_address()),
             "/apis": discovery.api_groups,
-            "/api/v1": discovery.core_resources,
             "/openapi/v3": discovery.openapi_v3_index,
-            discovery.OPENAPI_V3_CORE: discovery.openapi_v3_core,
         }
-        if path in documents:
+        document = documents.get(path) or discovery.group_version_document(path)
+        if document is not None:
             if request.method != "GET":
                 raise errors.method_not_allowed()
-            return Reply(200, documents[path]())
+            return Reply(200, document())
         route = routes.parse(path)
         if route.kind is None:
             if request.method != "POST":
@@ -165,7 +164,7 @@ class Api:
             )
         body = {
             "kind": kind.list_kind,
-            "apiVersion": API_VERSION,
+            "apiVersion": kind.api_version,
             "metadata": list_meta,
             # List items carry no kind/apiVersion on the wire; the list says what they are.
             "items": [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in page],
@@ -197,7 +196,7 @@ class Api:
                 metadata: Obj = {"resourceVersion": str(item.rv)}
                 if item.initial_events_end:
                     metadata["annotations"] = {_INITIAL_EVENTS_END: "true"}
-                obj: Obj = {"kind": kind.kind, "apiVersion": API_VERSION, "metadata": metadata}
+                obj: Obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": metadata}
                 if fmt.table:
                     obj = tables.table(kind, [], metadata=metadata, include=fmt.include, version=fmt.table)
                 return {"type": event_type, "object": obj}
@@ -272,7 +271,7 @@ class Api:
             200,
             {
                 "kind": kind.list_kind,
-                "apiVersion": API_VERSION,
+                "apiVersion": kind.api_version,
                 "metadata": {"resourceVersion": str(rv)},
                 "items": deleted,
             },
@@ -399,8 +398,10 @@ def _check_apply(kind: Kind, patch: Obj, query: Mapping[str, str]) -> None:
             "FieldValueRequired", "fieldManager", "Required value: is required for apply patch"
         )
         raise errors.invalid("PatchOptions.meta.k8s.io", "", [cause])
-    if patch.get("kind") != kind.kind or patch.get("apiVersion") != API_VERSION:
-        raise errors.bad_request(f"apply patches must name apiVersion {API_VERSION} and kind {kind.kind}")
+    if patch.get("kind") != kind.kind or patch.get("apiVersion") != kind.api_version:
+        raise errors.bad_request(
+            f"apply patches must name apiVersion {kind.api_version} and kind {kind.kind}"
+        )
 
 
 def _delete_options(request: Request) -> DeleteOptions:

@@ -16,7 +16,7 @@ from deviceplugin.sim.apiserver.mergepatch import MergeKeys
 from deviceplugin.sim.apiserver.meta import Obj, dig, text_at
 from deviceplugin.sim.apiserver.selectors import FieldGetter
 
-API_VERSION = "v1"
+API_VERSION = "v1"  # the core group's
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -90,6 +90,18 @@ class Kind:
     #: DELETE answers with the object (pods, namespaces) rather than a success Status.
     returns_deleted: bool = False
     categories: tuple[str, ...] = ()
+    #: The API group ("" for core, served under /api) and version.
+    group: str = ""
+    version: str = API_VERSION
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        """The URL path its group version is served under."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
 
     @property
     def has_status(self) -> bool:
@@ -196,5 +208,21 @@ CONFIGMAPS = Kind(
     fields=_NAMESPACED_FIELDS,
 )
 
-KINDS: tuple[Kind, ...] = (NAMESPACES, PODS, NODES, EVENTS, CONFIGMAPS)
+#: Kubelet's node heartbeat (kube-node-lease/<node>), which `kubectl describe node` shows.
+LEASES = Kind(
+    plural="leases",
+    singular="lease",
+    kind="Lease",
+    namespaced=True,
+    short_names=(),
+    printer=printers.LEASES,
+    fields=_NAMESPACED_FIELDS,
+    group="coordination.k8s.io",
+)
+
+KINDS: tuple[Kind, ...] = (NAMESPACES, PODS, NODES, EVENTS, CONFIGMAPS, LEASES)
 BY_PLURAL: Mapping[str, Kind] = {kind.plural: kind for kind in KINDS}
+#: Group versions in the order discovery lists them, the core one first.
+GROUP_VERSIONS: tuple[tuple[str, str], ...] = tuple(
+    dict.fromkeys((kind.group, kind.version) for kind in KINDS)
+)

@@ -320,3 +320,12 @@ EVENTS = Printer(
     ),
     _event_cells,
 )
+
+
+# --------------------------------------------------------------------------- leases
+
+
+LEASES = Printer(
+    (_NAME, Column("Holder", "string", "The lease's holder."), _AGE),
+    lambda lease, now: [name_of(lease), text_at(lease, "spec", "holderIdentity"), _age(lease, now)],
+)

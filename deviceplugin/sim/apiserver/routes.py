@@ -1,4 +1,5 @@
-"""URL paths of the core/v1 API mapped to (kind, namespace, name, subresource)."""
+"""URL paths of the served group versions (`/api/v1/...`, `/apis/<group>/<version>/...`) mapped to
+(kind, namespace, name, subresource)."""
 
 from __future__ import annotations
 
@@ -19,25 +20,28 @@ class Route:
 
 
 def parse(path: str) -> Route:
-    """Route for `/api/v1/...`; 404 NotFound for anything the server does not serve."""
+    """Route for a resource path; 404 NotFound for anything the server does not serve."""
     parts = [part for part in path.split("/") if part]
-    if parts[:2] != ["api", "v1"] or len(parts) < 3:
+    if parts[:2] == ["api", "v1"] and len(parts) >= 3:
+        group, rest = ("", "v1"), parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, rest = (parts[1], parts[2]), parts[3:]
+    else:
         raise errors.unknown_path()
-    rest = parts[2:]
-    legacy_watch = rest[0] == "watch"  # the deprecated /api/v1/watch/... form
+    legacy_watch = rest[0] == "watch" and not group[0]  # the deprecated /api/v1/watch/... form
     if legacy_watch:
         rest = rest[1:]
     namespace = ""
-    if len(rest) >= 3 and rest[0] == "namespaces" and _namespaced_collection(rest[2]):
+    if len(rest) >= 3 and rest[0] == "namespaces" and _namespaced_collection(group, rest[2]):
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3:
         raise errors.unknown_path()
     plural, name, subresource = [*rest, "", ""][:3]
-    if plural == BINDINGS:
+    if plural == BINDINGS and not group[0]:
         if not namespace or name or legacy_watch:
             raise errors.unknown_path()
         return Route(None, namespace, "", "")
-    kind = BY_PLURAL.get(plural)
+    kind = _kind(group, plural)
     if kind is None or (namespace and not kind.namespaced):
         raise errors.unknown_path()
     if kind.namespaced and not namespace and name:
@@ -47,6 +51,11 @@ def parse(path: str) -> Route:
     return Route(kind, namespace, name, subresource)
 
 
-def _namespaced_collection(plural: str) -> bool:
+def _kind(group: tuple[str, str], plural: str) -> Kind | None:
     kind = BY_PLURAL.get(plural)
-    return plural == BINDINGS or (kind is not None and kind.namespaced)
+    return kind if kind is not None and (kind.group, kind.version) == group else None
+
+
+def _namespaced_collection(group: tuple[str, str], plural: str) -> bool:
+    kind = _kind(group, plural)
+    return (plural == BINDINGS and not group[0]) or (kind is not None and kind.namespaced)

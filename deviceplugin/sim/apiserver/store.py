@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from deviceplugin.logs import get_log
 from deviceplugin.sim.apiserver import errors
-from deviceplugin.sim.apiserver.kinds import API_VERSION, KINDS, NAMESPACES, PODS, Kind
+from deviceplugin.sim.apiserver.kinds import KINDS, NAMESPACES, PODS, Kind
 from deviceplugin.sim.apiserver.meta import (
     Obj,
     dig,
@@ -415,7 +415,8 @@ def _keep(new: Obj, old: Obj, key: str) -> None:
 
 def _normalized(kind: Kind, body: Obj) -> Obj:
     """A deep copy of a request body as stored: kind and apiVersion first, nulls gone, times in UTC."""
-    if body.get("kind") not in (None, "", kind.kind) or body.get("apiVersion") not in (None, "", API_VERSION):
+    wrong_version = body.get("apiVersion") not in (None, "", kind.api_version)
+    if body.get("kind") not in (None, "", kind.kind) or wrong_version:
         raise errors.bad_request(
             f"the object provided is unrecognized (must be of type {kind.kind}): "
             f"{body.get('apiVersion')}, Kind={body.get('kind')}"
@@ -423,7 +424,7 @@ def _normalized(kind: Kind, body: Obj) -> Obj:
     cleaned = drop_nulls(copy.deepcopy(body))
     encode_times(cleaned, kind.kind)
     rest = {key: value for key, value in cleaned.items() if key not in ("kind", "apiVersion")}
-    obj: Obj = {"kind": kind.kind, "apiVersion": API_VERSION, "metadata": {}, **rest}
+    obj: Obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": {}, **rest}
     if not isinstance(obj["metadata"], dict):
         raise errors.bad_request("metadata must be an object")
     return obj

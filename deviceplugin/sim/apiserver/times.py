@@ -30,7 +30,7 @@ TIME_FIELDS = frozenset(
     }
 )
 #: `metav1.MicroTime` fields.
-MICRO_TIME_FIELDS = frozenset({"eventTime", "lastObservedTime"})
+MICRO_TIME_FIELDS = frozenset({"eventTime", "lastObservedTime", "acquireTime", "renewTime"})
 #: Maps whose keys are the user's, not field names: never read as times.
 _USER_MAPS = frozenset({"labels", "annotations", "data", "binaryData", "nodeSelector"})
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
