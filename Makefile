@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/daemon.py
 	$(PY) bench/kube.py
 	$(PY) bench/allocate.py
+	$(PY) bench/outbox.py
 	$(PY) bench/extender.py
 
 clean:
