@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from deviceplugin.kube.cachemetrics import cache_metrics
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.daemon import Daemon
+from deviceplugin.workermetrics import worker_metrics
 
 log = get_log(__name__)
 
@@ -182,6 +183,7 @@ class DaemonCollector(Collector):
             for outcome, count in sorted(outbox.entries.items()):
                 entries.add_metric([outcome], count)
             yield from (batches, entries)
+        yield from worker_metrics(PLUGIN, daemon.supervisor)
         if daemon.api is not None:
             errors = CounterMetricFamily(
                 f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", labels=["call", "status"]
@@ -192,14 +194,15 @@ class DaemonCollector(Collector):
 
 
 def readiness(daemon: Daemon) -> list[str]:
-    """Why the daemon is not ready; empty when it is (registered with kubelet, pod cache synced)."""
+    """Why the daemon is not ready, one line each; empty when it is: registered with kubelet, pod
+    cache synced, and no background worker down after a crash or restarting in a loop."""
     services = daemon.services
     problems = []
     if services.registrar is None or not services.registrar.registered:
         problems.append("not registered with kubelet")
     if services.kube is not None and not services.kube.pods.synced:
         problems.append("pod cache not synced with the API server")
-    return problems
+    return problems + daemon.supervisor.problems()
 
 
 def registry_for(daemon: Daemon) -> CollectorRegistry:

@@ -179,9 +179,11 @@ class Handshake:
             self.kube.patch_node(
                 self.node_name, {"metadata": {"annotations": {keys.NODE_VGPU_HANDSHAKE: answer}}}
             )
-        except ApiError as err:
-            with self._lock:
+        except Exception as err:
+            with self._lock:  # not written, however it failed: a crash too must leave it to answer
                 self._pending = None
+            if not isinstance(err, ApiError):
+                raise  # for the supervisor
             log.warning("handshake write failed", node=self.node_name, error=str(err))
             return min(RETRY_S, self.interval_s)
         self.writes += 1

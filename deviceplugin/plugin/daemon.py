@@ -42,6 +42,7 @@ from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
 from deviceplugin.plugin.vgpu import VgpuAllocator
+from deviceplugin.supervisor import Supervisor
 
 log = logs.get_log(__name__)
 
@@ -98,7 +99,7 @@ class GpuSide:
     monitor: HealthMonitor
 
     @classmethod
-    def start(cls, config: DaemonConfig, env: Mapping[str, str]) -> GpuSide:
+    def start(cls, config: DaemonConfig, env: Mapping[str, str], supervisor: Supervisor) -> GpuSide:
         try:
             backend = load_backend(config.fake_gpus, config.fake_gpu_events)
         except BackendError as err:
@@ -127,7 +128,9 @@ class GpuSide:
                 f"--exclude-gpus {config.exclude_gpus}: excludes every GPU of this node", EXIT_CONFIG
             )
         health = HealthState(tuple(gpu.uuid for gpu in gpus))
-        monitor = HealthMonitor(backend, health, XidPolicy.from_env(env), config.health_recovery_period)
+        monitor = HealthMonitor(
+            backend, health, XidPolicy.from_env(env), config.health_recovery_period, supervisor=supervisor
+        )
         monitor.start()
         return cls(backend, gpus, health, monitor)
 
@@ -163,19 +166,28 @@ class KubeSide:
 
     @classmethod
     def start(
-        cls, kube: Kube, config: DaemonConfig, gpu: GpuSide, layout: Layout, ledger: Ledger
+        cls,
+        kube: Kube,
+        config: DaemonConfig,
+        gpu: GpuSide,
+        layout: Layout,
+        ledger: Ledger,
+        *,
+        supervisor: Supervisor,
     ) -> KubeSide:
-        pods = PodCache(kube, config.node_name)
-        events = EventRecorder(kube, config.node_name)
-        watch = NodeWatch(kube, config.node_name)  # shared by node state and the handshake
+        pods = PodCache(kube, config.node_name, supervisor=supervisor)
+        events = EventRecorder(kube, config.node_name, supervisor)
+        watch = NodeWatch(kube, config.node_name, supervisor)  # shared by node state and the handshake
         node = NodePublisher(
             kube,
             watch,
             lambda: wanted_node_state(config.gpu_strategy, gpu.gpus, gpu.health.snapshot()[1], layout),
             gpu.health,
             config.node_resync_interval,
+            supervisor=supervisor,
         )
-        outbox = OutboxWorker(ledger, kube, pods)  # made before the cache starts, which it follows
+        # made before the cache starts, which it follows
+        outbox = OutboxWorker(ledger, kube, pods, supervisor)
         index = {g.uuid: g.index for g in gpu.gpus}
         about = Involved.node(config.node_name, uid=config.node_name)  # kubelet's convention for node events
 
@@ -200,7 +212,11 @@ class KubeSide:
         handshake = None
         if config.gpu_strategy == "vgpu":  # answering Volcano's requests needs no flag
             handshake = Handshake(
-                kube, watch, config.vgpu_handshake_interval, heartbeat=config.vgpu_handshake
+                kube,
+                watch,
+                config.vgpu_handshake_interval,
+                heartbeat=config.vgpu_handshake,
+                supervisor=supervisor,
             )
         for part in (pods, events, node, outbox, handshake, watch):
             if part is not None:
@@ -273,6 +289,7 @@ class Services:
     ledger: Ledger
     stats: AllocationStats
     hook: HookPath
+    supervisor: Supervisor  # the daemon's: restart counts outlive a reload
     kube: KubeSide | None = None
     releaser: Releaser | None = None
     registrar: Registrar | None = None
@@ -298,7 +315,11 @@ class Services:
             except OSError as err:
                 raise StartupError(f"--hook-path {self.hook.root}: {err}", EXIT_CONFIG) from None
             self._drop_unmounted_cache_dirs()
-        self.kube = None if api is None else KubeSide.start(api, config, gpu, layout, self.ledger)
+        self.kube = (
+            None
+            if api is None
+            else KubeSide.start(api, config, gpu, layout, self.ledger, supervisor=self.supervisor)
+        )
         self.releaser = Releaser(
             self.ledger,
             self.kube.pods if self.kube else None,
@@ -306,6 +327,7 @@ class Services:
             interval_s=config.reconcile_interval,
             grace_s=config.release_grace_period,
             on_released=self._on_released if config.gpu_strategy == "vgpu" else lambda _uid: None,
+            supervisor=self.supervisor,
         )
         self.releaser.start()
         servers = [
@@ -315,7 +337,10 @@ class Services:
             for resource in RESOURCES[config.gpu_strategy]
         ]
         self.registrar = Registrar(
-            servers, config.kubelet_socket, on_registered=self.kube.node.recheck if self.kube else None
+            servers,
+            config.kubelet_socket,
+            on_registered=self.kube.node.recheck if self.kube else None,
+            supervisor=self.supervisor,
         )
         try:
             self.registrar.start()
@@ -359,11 +384,14 @@ class Daemon:
         self.config = config
         self.env = env
         self.stats = AllocationStats()
-        self.gpu = GpuSide.start(config, env)
+        self.supervisor = Supervisor.from_env(env)  # every background worker, for readiness and /metrics
+        self.gpu = GpuSide.start(config, env, self.supervisor)
         try:
             self.layout = _layout(config, self.gpu)
             self.api = KubeSide.connect(config, env)
-            self.services = Services(_open_ledger(config), self.stats, HookPath(config.hook_path))
+            self.services = Services(
+                _open_ledger(config), self.stats, HookPath(config.hook_path), self.supervisor
+            )
             self.services.start(config, self.api, self.gpu, self.layout)
         except BaseException:
             self.gpu.stop()
@@ -377,7 +405,7 @@ class Daemon:
             log.info("configuration unchanged")
             return
         changed_source = _backend_settings(config) != _backend_settings(self.config)
-        gpu = GpuSide.start(config, self.env) if changed_source else self.gpu
+        gpu = GpuSide.start(config, self.env, self.supervisor) if changed_source else self.gpu
         try:
             layout = _layout(config, gpu)
             api = KubeSide.connect(config, self.env)
@@ -389,7 +417,7 @@ class Daemon:
                 gpu.stop()
             raise
         self.services.stop()
-        services = Services(ledger, self.stats, HookPath(config.hook_path))
+        services = Services(ledger, self.stats, HookPath(config.hook_path), self.supervisor)
         try:
             services.start(config, api, gpu, layout)
         except StartupError:
