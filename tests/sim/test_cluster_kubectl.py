@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.sim.cluster import NodeSpec, Placement, SimCluster
+from tests.sim.apiserver_helpers import core_api
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 
 NODE = "gpu-share-1"
@@ -137,3 +138,21 @@ def test_get_events_lists_the_nodes_events(kubectl: Kubectl) -> None:
     assert ["default", "Normal", "NodeReady", f"node/{NODE}", f"Node {NODE} status is now: NodeReady"] in [
         [row[0], *row[2:]] for row in rows[1:]
     ]
+
+
+def test_the_official_client_reads_them_as_its_models(cluster: tuple[SimCluster, Placement]) -> None:
+    api = core_api(cluster[0].kubeconfig)
+    try:
+        node = api.read_node(NODE)
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert (ready.status, ready.reason) == ("True", "KubeletReady")
+        assert (
+            node.status.allocatable["cpu"] == "8"
+            and node.status.daemon_endpoints.kubelet_endpoint.port == 10250
+        )
+        pod = api.read_namespaced_pod(POD, NAMESPACE)
+        (container,) = pod.status.container_statuses
+        assert (container.ready, container.started, container.restart_count) == (True, True, 0)
+        assert container.state.running.started_at is not None and pod.status.start_time is not None
+    finally:
+        api.api_client.close()
