@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deviceplugin.fit import keys
+from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.deploy.admission import (
     DAEMON_USER,
     EXTENDER_USER,
@@ -24,6 +26,7 @@ from tests.deploy.admission import (
     policy,
 )
 from tests.deploy.manifests import DAEMONSET, EXTENDER, NAMESPACE, Doc, documents, find
+from tests.sim.kubectl import MISSING, Kubectl, cells, find_kubectl, kubectl_for
 
 ME, OTHER = "gpu-node-1", "gpu-node-2"
 
@@ -428,3 +431,69 @@ def test_an_expression_that_fails_denies() -> None:
     del old["spec"]
     verdict = evaluate(policy("volcano-gpu-deviceplugin"), daemon_request(ME, "UPDATE", "pods", pod(), old))
     assert verdict.applies and not verdict.allowed
+
+
+@pytest.fixture
+def kubectl(apiserver: ApiServerEmulator, tmp_path: Path) -> Kubectl:
+    binary = find_kubectl()
+    if binary is None:
+        pytest.skip(MISSING)
+    return kubectl_for(binary, apiserver.write_kubeconfig(tmp_path / "kubeconfig"), tmp_path)
+
+
+def test_the_api_emulator_accepts_the_policy_file(kubectl: Kubectl, apiserver: ApiServerEmulator) -> None:
+    out = kubectl("apply", "-f", str(POLICY_FILE)).stdout
+    for doc in documents(POLICY_FILE):
+        resource = (
+            "validatingadmissionpolicy"
+            if doc["kind"] == "ValidatingAdmissionPolicy"
+            else "validatingadmissionpolicybinding"
+        )
+        assert f"{resource}.admissionregistration.k8s.io/{doc['metadata']['name']} created" in out
+    stored = apiserver.get("validatingadmissionpolicies", "volcano-gpu-deviceplugin")
+    assert (
+        stored is not None
+        and stored["spec"]["validations"] == policy("volcano-gpu-deviceplugin")["spec"]["validations"]
+    )
+    rows = cells(kubectl("get", "validatingadmissionpolicybindings").stdout)
+    assert [row[:2] for row in rows[1:]] == [
+        [name, name] for name in sorted(doc["metadata"]["name"] for doc in policies())
+    ]
+    assert "unchanged" in kubectl("apply", "-f", str(POLICY_FILE)).stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        (
+            lambda p: p["spec"]["validations"][0].update({"message": "two\nlines"}),
+            "spec.validations[0].message: Invalid value",
+        ),
+        (lambda p: p["spec"].update({"failurePolicy": "Sometimes"}), "spec.failurePolicy: Unsupported value"),
+        (
+            lambda p: p["spec"]["variables"][0].update({"name": "node-name"}),
+            "spec.variables[0].name: Invalid value",
+        ),
+        (
+            lambda p: p["spec"]["matchConstraints"]["resourceRules"][0].update({"operations": ["PATCH"]}),
+            "operations[0]: Unsupported value",
+        ),
+        (lambda p: p["spec"].pop("validations"), "spec.validations: Required value"),
+    ],
+)
+def test_the_api_emulator_refuses_a_malformed_policy(
+    kubectl: Kubectl, change: Callable[[Doc], Any], refused: str
+) -> None:
+    doc = copy.deepcopy(policy("volcano-gpu-deviceplugin"))
+    change(doc)
+    done = kubectl("apply", "-f", kubectl.manifest("policy.yaml", doc), check=False)
+    assert done.returncode != 0 and refused in done.stderr, done.stderr
+
+
+def test_the_api_emulator_refuses_a_binding_that_denies_and_warns(kubectl: Kubectl) -> None:
+    doc = copy.deepcopy(
+        find(documents(POLICY_FILE), "ValidatingAdmissionPolicyBinding", "volcano-gpu-extender")
+    )
+    doc["spec"]["validationActions"] = ["Deny", "Warn"]
+    done = kubectl("apply", "-f", kubectl.manifest("binding.yaml", doc), check=False)
+    assert done.returncode != 0 and "spec.validationActions: Invalid value" in done.stderr, done.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from deviceplugin.sim.apiserver import defaults, printers, validation
+from deviceplugin.sim.apiserver import admissionregistration, defaults, printers, validation
 from deviceplugin.sim.apiserver.defaults import NO_DEFAULTS
 from deviceplugin.sim.apiserver.errors import FieldCause
 from deviceplugin.sim.apiserver.mergepatch import MergeKeys
@@ -220,7 +220,46 @@ LEASES = Kind(
     group="coordination.k8s.io",
 )
 
-KINDS: tuple[Kind, ...] = (NAMESPACES, PODS, NODES, EVENTS, CONFIGMAPS, LEASES)
+#: The admission policies of deploy/admission-policy.yaml: stored and validated, not enforced.
+VALIDATING_ADMISSION_POLICIES = Kind(
+    plural="validatingadmissionpolicies",
+    singular="validatingadmissionpolicy",
+    kind="ValidatingAdmissionPolicy",
+    namespaced=False,
+    short_names=(),
+    printer=printers.VALIDATING_ADMISSION_POLICIES,
+    fields=_NAME_FIELD,
+    subresources=("status",),
+    defaults=admissionregistration.default_policy,
+    validate=admissionregistration.validate_policy,
+    categories=("api-extensions",),
+    group="admissionregistration.k8s.io",
+)
+
+VALIDATING_ADMISSION_POLICY_BINDINGS = Kind(
+    plural="validatingadmissionpolicybindings",
+    singular="validatingadmissionpolicybinding",
+    kind="ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+    short_names=(),
+    printer=printers.VALIDATING_ADMISSION_POLICY_BINDINGS,
+    fields=_NAME_FIELD,
+    defaults=admissionregistration.default_binding,
+    validate=admissionregistration.validate_binding,
+    categories=("api-extensions",),
+    group="admissionregistration.k8s.io",
+)
+
+KINDS: tuple[Kind, ...] = (
+    NAMESPACES,
+    PODS,
+    NODES,
+    EVENTS,
+    CONFIGMAPS,
+    LEASES,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+)
 BY_PLURAL: Mapping[str, Kind] = {kind.plural: kind for kind in KINDS}
 #: Group versions in the order discovery lists them, the core one first.
 GROUP_VERSIONS: tuple[tuple[str, str], ...] = tuple(

@@ -329,3 +329,48 @@ LEASES = Printer(
     (_NAME, Column("Holder", "string", "The lease's holder."), _AGE),
     lambda lease, now: [name_of(lease), text_at(lease, "spec", "holderIdentity"), _age(lease, now)],
 )
+
+
+# --------------------------------------------------------------------------- admission policies
+
+
+VALIDATING_ADMISSION_POLICIES = Printer(
+    (
+        _NAME,
+        Column("Validations", "integer", "Number of validations."),
+        Column("ParamKind", "string", "The kind of the policy's parameters."),
+        _AGE,
+    ),
+    lambda policy, now: [
+        name_of(policy),
+        len(policy.get("spec", {}).get("validations") or []),
+        _param_kind(policy),
+        _age(policy, now),
+    ],
+)
+
+
+def _param_kind(policy: Obj) -> str:
+    kind = policy.get("spec", {}).get("paramKind") or {}
+    return f"{kind.get('apiVersion')}/{kind.get('kind')}" if kind else "<unset>"
+
+
+def _param_ref(binding: Obj) -> str:
+    ref = binding.get("spec", {}).get("paramRef") or {}
+    return f"{ref.get('namespace') or '*'}/{ref.get('name') or '*'}" if ref else "<unset>"
+
+
+VALIDATING_ADMISSION_POLICY_BINDINGS = Printer(
+    (
+        _NAME,
+        Column("PolicyName", "string", "The policy it binds."),
+        Column("ParamRef", "string", "The parameters it binds the policy to."),
+        _AGE,
+    ),
+    lambda binding, now: [
+        name_of(binding),
+        text_at(binding, "spec", "policyName"),
+        _param_ref(binding),
+        _age(binding, now),
+    ],
+)
