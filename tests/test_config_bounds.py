@@ -23,6 +23,10 @@ BOUNDS = {
 }
 
 
+# every option that takes a time, known here or added later
+TIMED = sorted(o.name for o in OPTIONS if o.name.endswith(("-interval", "-period", "-timeout")))
+
+
 def load(option: str, value: str) -> object:
     flags: dict[str, str | None] = {"node-name": "n1", option: value}
     if option.startswith("vgpu-"):
@@ -30,10 +34,18 @@ def load(option: str, value: str) -> object:
     return getattr(load_config(flags, {}), option.replace("-", "_"))
 
 
-def test_every_time_option_is_bounded() -> None:
-    # a new interval option must be added here (and get its bounds)
-    timed = {o.name for o in OPTIONS if o.name.endswith(("-interval", "-period", "-timeout"))}
-    assert timed == set(BOUNDS)
+def test_the_options_with_known_bounds_exist() -> None:
+    assert set(BOUNDS) <= set(TIMED)
+
+
+@pytest.mark.parametrize("option", TIMED)
+def test_every_time_option_refuses_a_busy_poll_and_an_overflow(option: str) -> None:
+    with pytest.raises(
+        OptionError, match=rf"^--{option}: invalid value '1e-9': must be at least 0.1 seconds"
+    ):
+        load(option, "1e-9")
+    with pytest.raises(OptionError, match=rf"^--{option}: invalid value '1e12': must be (at most|below) "):
+        load(option, "1e12")
 
 
 @pytest.mark.parametrize("option", list(BOUNDS))
