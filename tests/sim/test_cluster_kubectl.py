@@ -4,6 +4,7 @@ and the extender, with one GPU pod scheduled and admitted through them."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -132,12 +133,17 @@ def test_describe_pod_shows_its_conditions_and_container_state(kubectl: Kubectl)
     assert "Restart Count:  0" in container
 
 
-def test_get_events_lists_the_nodes_events(kubectl: Kubectl) -> None:
+def test_get_events_and_events_list_the_nodes_events(kubectl: Kubectl) -> None:
+    message = f"Node {NODE} status is now: NodeReady"
     rows = cells(kubectl("get", "events", "-A").stdout)
     assert rows[0] == ["NAMESPACE", "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
-    assert ["default", "Normal", "NodeReady", f"node/{NODE}", f"Node {NODE} status is now: NodeReady"] in [
+    assert ["default", "Normal", "NodeReady", f"node/{NODE}", message] in [
         [row[0], *row[2:]] for row in rows[1:]
     ]
+    assert re.fullmatch(r"\d+s", rows[1][1])
+    rows = cells(kubectl("events", "--for", f"node/{NODE}").stdout)
+    assert rows[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [row[1:] for row in rows[1:]] == [["Normal", "NodeReady", f"Node/{NODE}", message]]
 
 
 def test_the_official_client_reads_them_as_its_models(cluster: tuple[SimCluster, Placement]) -> None:
