@@ -9,23 +9,36 @@ as the allocation it belongs to, so a crash can neither lose nor double one. Row
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
+import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deviceplugin.ledgerfiles import (
+    CORRUPT,
+    StorageError,
+    move_aside,
+    private_dir,
+    private_files,
+    storage_error,
+)
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
 
 SCHEMA_VERSION = 1
 RETENTION_S = 24 * 3600
+PROBE_INTERVAL_S = 1.0  # while a write fails, how often `problem()` tries one again
 
 # Each entry moves the schema from version n to n + 1; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -74,7 +87,12 @@ MIGRATIONS: tuple[str, ...] = (
 
 
 class LedgerError(Exception):
-    """The ledger file cannot be used (unreadable, from a newer version of this program)."""
+    """The ledger file cannot be used."""
+
+
+class CorruptLedger(LedgerError):
+    """The file is not a ledger this program can use: not an SQLite database, damaged, failing
+    SQLite's integrity check, or holding another schema (another program's, a newer version's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,16 +207,49 @@ def _patch(target: str, namespace: str, name: str, text: str) -> Patch:
     return Patch(target, namespace, name, stored["annotations"], stored.get("uid", ""))
 
 
+def _schema(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    return db.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+    ).fetchall()
+
+
+@functools.cache
+def _schema_of(version: int) -> list[tuple[str, str, str]]:
+    """The tables and indexes a ledger at `version` holds, as the migrations make them."""
+    db = sqlite3.connect(":memory:")
+    for migration in MIGRATIONS[:version]:
+        db.executescript(migration)
+    return _schema(db)
+
+
+StorageListener = Callable[[StorageError | None], None]
+
+
 class Ledger:
-    """Thread-safe: one connection, one lock; every write is one transaction."""
+    """Thread-safe: one connection, one lock; every write is one transaction. A call the disk
+    fails (full, read-only, failing) raises `StorageError` and changes nothing; `problem()` says
+    what stops writes until one succeeds again."""
 
     def __init__(self, path: Path, clock: Any = time.time) -> None:
+        """Open or create the ledger at `path` (directory 0700, files 0600). `CorruptLedger` when
+        the file is not a ledger this program can use, `StorageError` when the disk refuses it."""
         self.path = path
         self._clock = clock
         self._lock = threading.RLock()
+        self.replaced: Path | None = None  # where `open` moved an unusable ledger: to be rebuilt
+        self.storage_errors: Counter[str] = Counter()  # failed calls by problem, for metrics
+        self._problem: StorageError | None = None
+        self._probed_at = -math.inf  # by `clock`
+        self._listeners: list[StorageListener] = []
+        self._sent: set[int] = set()  # outbox entries sent that a failed write could not forget
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            private_dir(path.parent)
+            private_files(path)
+        except OSError as err:
+            raise LedgerError(f"ledger {path}: {err}") from None
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._check()  # first: a file found unusable is moved aside as it was
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before Allocate answers
             self._db.execute("PRAGMA foreign_keys=ON")
@@ -211,31 +262,133 @@ class Ledger:
             self._by_devices: dict[tuple[str, str], Key] = {}
             for uid, container, resource, devices in rows.fetchall():
                 self._remember((uid, container, resource), devices)
+        except LedgerError:
+            self._db.close()
+            raise
         except sqlite3.Error as err:
+            self._db.close()
+            problem = storage_error(err, path)
+            if problem is not None and problem.problem == CORRUPT:
+                raise CorruptLedger(f"ledger {path}: {err}") from None
+            if problem is not None:
+                raise problem from None
             raise LedgerError(f"ledger {path}: {err}") from None
+
+    @classmethod
+    def open(cls, path: Path) -> Ledger:
+        """The ledger at `path`. One that cannot be used (`CorruptLedger`) is moved aside as
+        `<name>.corrupt-<UTC time>` and a new, empty one started; its `replaced` names where the
+        old one went, for the caller to rebuild the rows from what kubelet and the pods say."""
+        try:
+            return cls(path)
+        except CorruptLedger as err:
+            moved = move_aside(path)
+            log.error(
+                "ledger unusable: moved aside, a new one is started", error=str(err), moved_to=str(moved)
+            )
+        ledger = cls(path)
+        ledger.replaced = moved
+        return ledger
+
+    def _check(self) -> None:
+        """CorruptLedger unless the file passes SQLite's integrity check and holds this program's
+        tables at a schema version it knows."""
+        found = [row[0] for row in self._db.execute("PRAGMA integrity_check(5)")]
+        if found != ["ok"]:
+            raise CorruptLedger(f"ledger {self.path} fails SQLite's integrity check: {'; '.join(found)}")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise CorruptLedger(
+                f"ledger {self.path} has schema version {version}; this program knows up to {SCHEMA_VERSION}"
+            )
+        if _schema(self._db) != _schema_of(version):
+            raise CorruptLedger(
+                f"ledger {self.path} does not hold the tables of ledger schema version {version}"
+            )
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    # --- the disk -----------------------------------------------------------------------------
+
+    def add_listener(self, listener: StorageListener) -> None:
+        """Call `listener(problem)` when writes start failing (or fail another way) and with None
+        when they work again; called with the ledger's lock held, so it must not block."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: StorageListener) -> None:
+        self._listeners.remove(listener)
+
+    def problem(self) -> StorageError | None:
+        """What stops the ledger writing, None when nothing does. While something does, a write is
+        tried again (at most once per `PROBE_INTERVAL_S`), so this clears by itself once the disk
+        recovers, with nothing else to write."""
+        with self._lock:
+            now = self._clock()
+            if self._problem is not None and now - self._probed_at >= PROBE_INTERVAL_S:
+                self._probed_at = now
+                with contextlib.suppress(StorageError), self._transaction() as db:
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites a page
+            return self._problem
+
+    @contextmanager
+    def _disk(self) -> Iterator[None]:
+        """SQLite failures that come from the disk raised as `StorageError`, counted and kept as
+        the ledger's problem until a write succeeds; any other is a bug and passes as it is."""
+        try:
+            yield
+        except sqlite3.Error as err:
+            problem = storage_error(err, self.path)
+            if problem is None:
+                raise
+            self.storage_errors[problem.problem] += 1
+            if self._problem is None or self._problem.problem != problem.problem:
+                log.error("ledger cannot be written", problem=problem.problem, error=str(problem))
+                for listener in self._listeners:
+                    listener(problem)
+            self._problem = problem
+            raise problem from err
+
+    def _written(self) -> None:
+        self._sent.clear()
+        if self._problem is not None:
+            self._problem = None
+            log.info("ledger written again", path=str(self.path))
+            for listener in self._listeners:
+                listener(None)
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._disk():
+            yield self._db
+
     @contextmanager
     def _transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction. `durable=False` skips the fsync (WAL, synchronous=NORMAL): for
-        bookkeeping whose loss in a crash is harmless, like marking an idempotent patch sent."""
-        with self._lock:
+        """One write transaction (first forgetting the entries a failed `done` could not).
+        `durable=False` skips the fsync (WAL, synchronous=NORMAL): for bookkeeping whose loss in a
+        crash is harmless, like marking an idempotent patch sent."""
+        with self._lock, self._disk():
+            if self._db.in_transaction:  # a COMMIT or ROLLBACK the disk failed can leave one open
+                self._db.execute("ROLLBACK")
             if not durable:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
+                    if self._sent:
+                        self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in self._sent])
                     yield self._db
+                    self._db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):  # the failure that got here is the one
+                            self._db.execute("ROLLBACK")
                     raise
-                self._db.execute("COMMIT")
             finally:
                 if not durable:
                     self._db.execute("PRAGMA synchronous=FULL")
+            self._written()
 
     def _remember(self, key: Key, devices: str) -> None:
         self._live[key] = devices
@@ -243,10 +396,6 @@ class Ledger:
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise LedgerError(
-                f"ledger {self.path} has schema version {version}; this program knows up to {SCHEMA_VERSION}"
-            )
         for number in range(version, SCHEMA_VERSION):
             with self._transaction() as db:
                 for statement in MIGRATIONS[number].split(";"):
@@ -365,17 +514,17 @@ class Ledger:
         )
 
     def get(self, pod_uid: str, container: str, resource: str) -> Allocation | None:
-        with self._lock:
+        with self._reading():
             return self._get(self._db, pod_uid, container, resource)
 
     def find_by_devices(self, resource: str, device_ids: Iterable[str]) -> Allocation | None:
         """The live allocation that got exactly these kubelet device IDs (a repeated Allocate)."""
-        with self._lock:
+        with self._reading():
             key = self._by_devices.get((resource, device_key(device_ids)))
             return None if key is None else self._get(self._db, *key)
 
     def active(self) -> list[Allocation]:
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 "SELECT * FROM allocations WHERE state = 'allocated' ORDER BY allocated_at"
             )
@@ -419,7 +568,7 @@ class Ledger:
 
     def usage_by_gpu(self) -> list[GpuUsage]:
         """Memory, cores and pods per GPU over the live allocations."""
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 "SELECT g.gpu_uuid, g.gpu_index, SUM(g.memory), SUM(g.cores), COUNT(DISTINCT g.pod_uid)"
                 " FROM allocation_gpus g JOIN allocations a USING (pod_uid, container, resource)"
@@ -429,7 +578,7 @@ class Ledger:
 
     def usage_by_pod(self) -> list[PodGpuUsage]:
         """Memory and cores per (pod, GPU) over the live allocations."""
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 "SELECT a.namespace, a.pod_name, g.gpu_uuid, g.gpu_index, SUM(g.memory), SUM(g.cores)"
                 " FROM allocation_gpus g JOIN allocations a USING (pod_uid, container, resource)"
@@ -459,7 +608,7 @@ class Ledger:
         """The entries of each pod or node that has one due (the oldest `limit` due ones name
         them), in ledger order, waiting ones included: a target's entries go together, so a
         later value always wins. Pod entries up to id `hold_pods_through` are held back."""
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 "SELECT id, target, namespace, name, patch, attempts FROM outbox"
                 " WHERE (target, namespace, name) IN"
@@ -467,6 +616,7 @@ class Ledger:
                 " ORDER BY id",
                 (self._clock(), hold_pods_through, limit),
             ).fetchall()
+            rows = [row for row in rows if row[0] not in self._sent]
         return [
             OutboxEntry(id, _patch(target, namespace, name, patch), attempts)
             for id, target, namespace, name, patch, attempts in rows
@@ -474,7 +624,7 @@ class Ledger:
 
     def more_due_than(self, limit: int, hold_pods_through: int = 0) -> bool:
         """Whether over `limit` entries are due (pod entries up to `hold_pods_through` held back)."""
-        with self._lock:
+        with self._reading():
             found = self._db.execute(
                 f"SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE {_DUE} LIMIT ?)",
                 (self._clock(), hold_pods_through, limit + 1),
@@ -484,7 +634,7 @@ class Ledger:
     def due_in(self, hold_pods_through: int = 0) -> float | None:
         """Seconds until the next entry is due (0 or less: one is), None when none waits; pod
         entries up to id `hold_pods_through` are not counted."""
-        with self._lock:
+        with self._reading():
             first = self._db.execute(
                 "SELECT MIN(next_attempt_at) FROM outbox WHERE target = 'node' OR id > ?",
                 (hold_pods_through,),
@@ -493,22 +643,30 @@ class Ledger:
 
     def last_outbox_id(self) -> int:
         """The newest entry's id, 0 when the outbox is empty (ids only grow)."""
-        with self._lock:
+        with self._reading():
             return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM outbox").fetchone()[0])
 
     def done(self, entry_ids: Iterable[int]) -> None:
         """Forget sent patches. Not fsynced: after a crash a patch is at worst sent again, and every
-        outbox patch is idempotent."""
-        with self._transaction(durable=False) as db:
-            db.executemany("DELETE FROM outbox WHERE id = ?", [(entry_id,) for entry_id in entry_ids])
+        outbox patch is idempotent. When the disk refuses (see `problem`), they are kept as sent in
+        memory, left out of `due` and forgotten by the next write that succeeds."""
+        ids = [(entry_id,) for entry_id in entry_ids]
+        with self._lock:
+            try:
+                with self._transaction(durable=False) as db:
+                    db.executemany("DELETE FROM outbox WHERE id = ?", ids)
+            except StorageError:
+                self._sent.update(entry_id for (entry_id,) in ids)
 
     def retry_later(self, entry_id: int, error: str, delay_s: float) -> None:
-        with self._transaction(durable=False) as db:
+        """Put off a failed entry. When the disk refuses (see `problem`), the entry stays due as it
+        was: a patch that failed is tried again, no sooner than the outbox resumes."""
+        with contextlib.suppress(StorageError), self._transaction(durable=False) as db:
             db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
                 (error, self._clock() + delay_s, entry_id),
             )
 
     def outbox_size(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+        with self._reading():
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]) - len(self._sent)

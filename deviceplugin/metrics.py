@@ -149,6 +149,15 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily(
             f"{PLUGIN}_outbox_backlog", "API patches waiting to be sent", value=services.ledger.outbox_size()
         )
+        storage = CounterMetricFamily(
+            f"{PLUGIN}_ledger_storage_errors",
+            "Ledger reads and writes the disk under --state-dir failed, by problem (disk-full, read-only, "
+            "io-error, corrupt, locked)",
+            labels=["problem"],
+        )
+        for problem, count in sorted(services.ledger.storage_errors.items()):
+            storage.add_metric([problem], count)
+        yield storage
         waiting = GaugeMetricFamily(
             f"{PLUGIN}_allocate_waiting",
             "Allocate calls waiting (up to --allocate-timeout) for their pod to reach the pod cache",
@@ -195,13 +204,17 @@ class DaemonCollector(Collector):
 
 def readiness(daemon: Daemon) -> list[str]:
     """Why the daemon is not ready, one line each; empty when it is: registered with kubelet, pod
-    cache synced, and no background worker down after a crash or restarting in a loop."""
+    cache synced, ledger writable, and no background worker down after a crash or restarting in a
+    loop."""
     services = daemon.services
     problems = []
     if services.registrar is None or not services.registrar.registered:
         problems.append("not registered with kubelet")
     if services.kube is not None and not services.kube.pods.synced:
         problems.append("pod cache not synced with the API server")
+    unwritable = services.ledger.problem()  # tries a write again: clears once the disk recovers
+    if unwritable is not None:
+        problems.append(str(unwritable))
     return problems + daemon.supervisor.problems()
 
 

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from deviceplugin.ledger import SCHEMA_VERSION, Allocation, GpuShare, Ledger, LedgerError, Move, Patch
+from deviceplugin.ledger import (
+    PROBE_INTERVAL_S,
+    SCHEMA_VERSION,
+    Allocation,
+    CorruptLedger,
+    GpuShare,
+    Ledger,
+    LedgerError,
+    Move,
+    Patch,
+)
+from deviceplugin.ledgerfiles import DISK_FULL, StorageError
+from tests.disks import tmpfs
 
 
 def allocation(
@@ -192,3 +208,132 @@ def test_unusable_path_is_reported(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises((LedgerError, OSError)):
         Ledger(blocker / "ledger.db")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_ledger_is_private_and_a_wider_directory_or_file_is_narrowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows name pods, containers and their devices: directory 0700, database, -wal and -shm 0600,
+    whatever the umask, and narrowed (with a log line each) when found wider."""
+    state = tmp_path / "state"
+    path = state / "ledger.db"
+    first = Ledger(path)
+    first.record(allocation())  # -wal and -shm exist while a connection is open
+    files = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
+    assert (mode(state), *map(mode, files)) == (0o700, 0o600, 0o600, 0o600)
+    for each in (state, *files):
+        each.chmod(0o755 if each.is_dir() else 0o644)
+    with caplog.at_level(logging.WARNING):
+        Ledger(path).close()
+    assert (mode(state), *map(mode, files)) == (0o700, 0o600, 0o600, 0o600)
+    narrowed = [r for r in caplog.records if r.getMessage() == "ledger file mode tightened"]
+    assert len(narrowed) == 4
+    first.close()
+
+
+def _make(path: Path) -> None:
+    ledger = Ledger(path)
+    for n in range(30):
+        ledger.record(allocation(f"uid-{n}", ids=(f"0-{n}",)))
+    ledger.close()
+
+
+def _not_a_database(path: Path) -> None:
+    path.write_bytes(b"not an SQLite database\n" * 200)
+
+
+def _damaged(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[8192:12288] = bytes(range(256)) * 16  # a b-tree page of the allocations
+    path.write_bytes(bytes(data))
+
+
+def _index_off(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute(
+            "UPDATE sqlite_master SET sql = 'CREATE INDEX allocations_by_devices ON allocations (pod_name)'"
+            " WHERE name = 'allocations_by_devices'"
+        )
+
+
+def _foreign(path: Path) -> None:
+    path.unlink()
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+
+
+def _newer(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+
+
+@pytest.mark.parametrize(
+    ("spoil", "why"),
+    [
+        pytest.param(_not_a_database, "file is not a database", id="not-sqlite"),
+        pytest.param(_damaged, "malformed", id="malformed"),
+        pytest.param(_index_off, "integrity check: row 1 missing from index", id="integrity"),
+        pytest.param(_foreign, "does not hold the tables of ledger schema version 0", id="foreign-schema"),
+        pytest.param(_newer, "schema version 2; this program knows up to 1", id="newer-schema"),
+    ],
+)
+def test_an_unusable_ledger_is_moved_aside_and_a_new_one_started(
+    tmp_path: Path, spoil: Callable[[Path], None], why: str
+) -> None:
+    path = tmp_path / "state" / "ledger.db"
+    _make(path)
+    spoil(path)
+    kept = path.read_bytes()
+    with pytest.raises(CorruptLedger, match=why):
+        Ledger(path)
+    ledger = Ledger.open(path)
+    assert ledger.replaced is not None and ledger.replaced.parent == path.parent
+    assert re.fullmatch(r"ledger\.db\.corrupt-\d{8}T\d{6}Z", ledger.replaced.name)
+    assert ledger.replaced.read_bytes() == kept  # left as found, for a look
+    assert ledger.active() == [] and ledger.outbox_size() == 0
+    ledger.record(allocation())
+    assert len(Ledger(path).active()) == 1
+    assert Ledger.open(path).replaced is None  # the new one is fine
+
+
+def test_a_full_disk_changes_nothing_and_passes(tmp_path: Path) -> None:
+    """A write the disk refuses raises StorageError and leaves rows, outbox and memory as they
+    were; a sent patch that cannot be forgotten is not handed out again; all of it is written
+    once space returns (`problem()` tries a write by itself)."""
+    now = [1000.0]
+    with tmpfs(tmp_path / "disk") as disk:
+        ledger = Ledger(disk.path / "ledger.db", clock=lambda: now[0])
+        kept = ledger.record(allocation("kept"), [Patch("pod", "ml", "pod-kept", {"a": "1"})])
+        (sent,) = ledger.due()
+        ledger.enqueue([Patch("pod", "ml", "other", {"b": "1"})])
+        disk.fill()
+
+        with pytest.raises(StorageError, match="disk full") as refused:
+            ledger.record(allocation("new", ids=("1-1",)), [Patch("pod", "ml", "pod-new", {"a": "1"})])
+        assert refused.value.problem == DISK_FULL
+        assert ledger.served() == {("kept", "main", "volcano.sh/gpu-memory")}
+        assert ledger.find_by_devices("volcano.sh/gpu-memory", ["1-1"]) is None
+        with pytest.raises(StorageError):
+            ledger.release_pod("kept", "pod deleted")
+        assert ledger.get("kept", "main", "volcano.sh/gpu-memory") == kept
+        ledger.done([sent.id])  # the patch went out: it must not go out again
+        assert [entry.patch.name for entry in ledger.due()] == ["other"]
+        assert ledger.outbox_size() == 1
+        problem = ledger.problem()
+        assert problem is not None and problem.problem == DISK_FULL
+        assert ledger.storage_errors[DISK_FULL] >= 3
+
+        disk.free()
+        assert ledger.problem() is not None  # tried again at most once a second
+        now[0] += PROBE_INTERVAL_S
+        assert ledger.problem() is None
+        ledger.close()
+        reopened = Ledger(disk.path / "ledger.db")
+        assert [entry.patch.name for entry in reopened.due()] == ["other"]
+        assert reopened.served() == {("kept", "main", "volcano.sh/gpu-memory")}
+        reopened.close()

@@ -28,6 +28,7 @@ from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
+from deviceplugin.ledgerfiles import CORRUPT, DISK_FULL, StorageError
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.identify import Identifier
@@ -51,6 +52,18 @@ class AllocateError(Exception):
         self.code = code
         self.reason = reason
         self.pod = pod
+
+
+# The answer to an Allocate the ledger's disk failed: RESOURCE_EXHAUSTED when it is full, DATA_LOSS
+# when the file is damaged, UNAVAILABLE when it is read-only or failing (all may pass).
+STORAGE_CODES = {DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED, CORRUPT: grpc.StatusCode.DATA_LOSS}
+
+
+def unstored(err: StorageError, where: str, pod: PendingPod | None = None) -> AllocateError:
+    """The refusal of an Allocate the ledger could not record (or read): an answer that is not on
+    disk could be handed out twice, so none is given."""
+    code = STORAGE_CODES.get(err.problem, grpc.StatusCode.UNAVAILABLE)
+    return AllocateError(code, f"ledger-{err.problem}", f"{where}: not served: {err}", pod)
 
 
 # resource, outcome ("served", "repeat", "empty", "failed"), seconds the call took
@@ -359,6 +372,11 @@ class PodAllocator(Generic[P]):
         started = time.perf_counter()
         try:
             response, outcome = self._allocate(device_ids, time.monotonic() + self.timeout_s)
+        except StorageError as err:  # a read of the ledger on the way
+            refusal = unstored(err, f"node {self.node_name}")
+            self._failed(refusal)
+            self.stats.record(self.resource, "failed", time.perf_counter() - started)
+            raise refusal from err
         except AllocateError as err:
             self._failed(err)
             self.stats.record(self.resource, "failed", time.perf_counter() - started)
@@ -398,19 +416,22 @@ class PodAllocator(Generic[P]):
             complete = pod.containers_left(done) == 0
             patches = self._patches(served, done)
             shares = self._shares(served)  # none: an answer that only lets kubelet account
-            self.ledger.record(
-                Allocation(
-                    pod_uid=pod.uid,
-                    namespace=pod.namespace,
-                    pod_name=pod.name,
-                    container=need.name,
-                    resource=self.resource,
-                    gpus=shares,
-                    device_ids=tuple(device_ids),
-                    response=response.SerializeToString(),
-                ),
-                patches,
-            )
+            try:
+                self.ledger.record(
+                    Allocation(
+                        pod_uid=pod.uid,
+                        namespace=pod.namespace,
+                        pod_name=pod.name,
+                        container=need.name,
+                        resource=self.resource,
+                        gpus=shares,
+                        device_ids=tuple(device_ids),
+                        response=response.SerializeToString(),
+                    ),
+                    patches,
+                )
+            except StorageError as err:
+                raise unstored(err, f"pod {pod.display} container {need.name!r}", pod) from err
             if not sure or self._unverified:  # keys of released rows go: without `List` none is confirmed
                 self._unverified = (self._unverified & served_keys) | {(pod.uid, need.name, self.resource)}
         if patches:
@@ -431,7 +452,12 @@ class PodAllocator(Generic[P]):
         log.error("allocate failed", resource=self.resource, reason=err.reason, error=str(err))
         about = self._involved(err.pod) if err.pod else Involved.node(self.node_name, uid=self.node_name)
         self.events.warning(about, "GpuAllocationFailed", str(err))
-        self.ledger.enqueue(self._failure_patches(err.pod))
+        patches = self._failure_patches(err.pod)
+        try:
+            self.ledger.enqueue(patches)
+        except StorageError as unwritten:  # Volcano's node lock then lasts until it expires
+            log.error("failure patches not queued", patches=repr(patches), error=str(unwritten))
+            return
         self.on_outbox()
 
     def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:

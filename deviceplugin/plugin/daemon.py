@@ -22,7 +22,8 @@ from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.handshake import Handshake
 from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.ledger import Ledger, LedgerError
+from deviceplugin.ledger import Ledger, LedgerError, StorageListener
+from deviceplugin.ledgerfiles import StorageError
 from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator, PodAllocator
 from deviceplugin.plugin.devices import (
     RESOURCES,
@@ -151,6 +152,8 @@ class KubeSide:
     outbox: OutboxWorker
     health: HealthState
     on_health: Callable[[str, bool, str], None]
+    ledger: Ledger
+    on_ledger: StorageListener
     handshake: Handshake | None = None
 
     @staticmethod
@@ -201,6 +204,14 @@ class KubeSide:
                 events.warning(about, "GpuUnhealthy", message)
 
         gpu.health.add_listener(on_health)
+
+        def on_ledger(problem: StorageError | None) -> None:
+            if problem is None:
+                events.normal(about, "LedgerWritable", f"the ledger {ledger.path} is written again")
+            else:
+                events.warning(about, "LedgerUnwritable", f"GPU allocation on this node stops: {problem}")
+
+        ledger.add_listener(on_ledger)
         served = tuple(resource.name for resource in RESOURCES[config.gpu_strategy])
 
         def on_rejected(pod: Mapping[str, Any], reason: str) -> None:
@@ -221,10 +232,11 @@ class KubeSide:
         for part in (pods, events, node, outbox, handshake, watch):
             if part is not None:
                 part.start()
-        return cls(pods, events, watch, node, outbox, gpu.health, on_health, handshake)
+        return cls(pods, events, watch, node, outbox, gpu.health, on_health, ledger, on_ledger, handshake)
 
     def stop(self) -> None:
         self.health.remove_listener(self.on_health)
+        self.ledger.remove_listener(self.on_ledger)
         for part in (self.watch, self.handshake, self.node, self.outbox, self.pods, self.events):
             if part is not None:
                 part.stop()
@@ -364,7 +376,9 @@ def _layout(config: DaemonConfig, gpu: GpuSide) -> Layout:
 
 def _open_ledger(config: DaemonConfig) -> Ledger:
     try:
-        return Ledger(config.state_dir / "ledger.db")
+        return Ledger.open(config.state_dir / "ledger.db")
+    except StorageError as err:
+        raise StartupError(f"--state-dir {config.state_dir}: {err}") from None
     except (LedgerError, OSError) as err:
         raise StartupError(f"--state-dir {config.state_dir}: {err}", EXIT_CONFIG) from None
 

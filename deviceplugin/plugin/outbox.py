@@ -29,6 +29,7 @@ from deviceplugin.fit import objects
 from deviceplugin.kube.api import ApiError, Kube
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, OutboxEntry, Patch
+from deviceplugin.ledgerfiles import StorageError
 from deviceplugin.logs import get_log
 from deviceplugin.supervisor import Supervisor
 from deviceplugin.worker import Worker
@@ -44,6 +45,7 @@ IDLE_WAIT_S = 1.0
 # competes less with Allocate itself.
 BATCH_GAP_S = 0.05
 BACKOFF_START_S = 0.5
+STORAGE_WAIT_S = 1.0  # while the ledger cannot be written: how often to look again
 BACKOFF_MAX_S = 60.0
 PERMANENT = frozenset({404, 422})
 GONE_KEPT = 10_000  # UIDs of deleted pods remembered; an older one's entries are sent (and get 404)
@@ -187,7 +189,15 @@ class OutboxWorker:
         started_by = "wait"
         while not self._worker.stopping.is_set():
             self._wake.clear()
-            backlog = self.run_once(started_by)
+            if self.ledger.problem() is not None:
+                # Nothing is sent that could not be recorded as sent (or put off); the outbox
+                # resumes, nothing lost, once the ledger's disk takes a write again.
+                self._worker.stopping.wait(STORAGE_WAIT_S)
+                continue
+            try:
+                backlog = self.run_once(started_by)
+            except StorageError:  # a read the disk failed: the ledger's problem(), waited out above
+                continue
             self._worker.turn()
             if backlog:
                 started_by = "backlog"

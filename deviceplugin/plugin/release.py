@@ -12,6 +12,7 @@ releases it (its devices may be another pod's container's), unless `List` never 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Set
 from pathlib import Path
@@ -23,6 +24,7 @@ from deviceplugin.fit import objects
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, Key, Ledger
+from deviceplugin.ledgerfiles import StorageError
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.podresources import Listing, listable, read_listing
 from deviceplugin.supervisor import Supervisor
@@ -84,7 +86,12 @@ class Releaser:
         if not listed and self._answered is not False and any(unverified):
             log.info("release left to the pod-resources check", pod_uid=pod_uid, reason=reason)
             return
-        if self.ledger.release_pod(pod_uid, reason):
+        try:
+            released = self.ledger.release_pod(pod_uid, reason)
+        except StorageError:  # the ledger reports its disk; a later pass releases the rows
+            log.warning("release put off: the ledger cannot be written", pod_uid=pod_uid, reason=reason)
+            return
+        if released:
             self.on_released(pod_uid)
 
     def on_pod(self, kind: str, pod: Obj) -> None:
@@ -154,5 +161,6 @@ class Releaser:
         while not self._worker.stopping.wait(self.interval_s):
             self.release_missing_pods()
             self.check_with_kubelet()
-            self.ledger.purge()
+            with contextlib.suppress(StorageError):  # the next pass purges
+                self.ledger.purge()
             self._worker.turn()
