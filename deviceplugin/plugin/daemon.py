@@ -288,9 +288,10 @@ def _service(
     config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
 ) -> DevicePluginService:
     allocator = _allocator(config, devices, gpu, services)
+    fault = services.supervisor.inject  # the test hook: makes the calls its file names raise
     if allocator is None:
-        return DevicePluginService(devices, gpu.health, unavailable=NO_API)
-    return DevicePluginService(devices, gpu.health, allocator)
+        return DevicePluginService(devices, gpu.health, unavailable=NO_API, fault=fault)
+    return DevicePluginService(devices, gpu.health, allocator, fault=fault)
 
 
 @dataclass

@@ -2,13 +2,18 @@
 
 ListAndWatch answers with pre-encoded bytes (see `devices.DeviceList`), so the service is
 registered with its own method handlers: identical method names and message types as the
-generated servicer, but an identity serializer for the stream.
+generated servicer, but an identity serializer for the stream. Each handler answers an exception
+it does not expect (a bug) with INTERNAL naming the call and the exception, and logs it with its
+traceback; gRPC itself would answer UNKNOWN "Exception calling application" and log nothing of ours.
+`fault(rpc)` runs first in each call: the supervisor's test hook (`Supervisor.inject`) raises there
+for the calls its file names, as no real fault reaches some of them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -16,11 +21,12 @@ from google.protobuf.message import Message
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.gpu.health import HealthState
-from deviceplugin.logs import get_log
+from deviceplugin.logs import describe_exception, get_log
 from deviceplugin.plugin.allocate import AllocateError, Allocator
 from deviceplugin.plugin.devices import DeviceList
 
 log = get_log(__name__)
+_Request = TypeVar("_Request", bound=Message)
 _Response = TypeVar("_Response", bound=Message)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
@@ -49,11 +55,13 @@ class DevicePluginService:
             grpc.StatusCode.UNIMPLEMENTED,
             "allocation is not served",
         ),
+        fault: Callable[[str], None] = lambda _rpc: None,
     ) -> None:
         self.devices = devices
         self.health = health
         self.allocator = allocator
         self.unavailable = unavailable  # the answer to Allocate when there is no allocator
+        self.fault = fault
         self.stopping = threading.Event()
 
     @property
@@ -121,23 +129,66 @@ class DevicePluginService:
         context.set_details(f"{self.resource_name}: {self.unavailable[1]}")
         return empty
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        def unary(method: object, request: type[Message]) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(
-                method, request_deserializer=request.FromString, response_serializer=_serialize
-            )
+    def _failed(self, rpc: str, err: Exception, context: grpc.ServicerContext) -> None:
+        text = describe_exception(err)
+        log.error(
+            "rpc failed",
+            resource=self.resource_name,
+            rpc=rpc,
+            error=text,
+            traceback="".join(traceback.format_tb(err.__traceback__)),
+        )
+        context.set_code(grpc.StatusCode.INTERNAL)
+        context.set_details(f"{self.resource_name}: {rpc} failed: {text}")
 
+    def _unary(
+        self,
+        rpc: str,
+        method: Callable[[_Request, grpc.ServicerContext], _Response],
+        request: type[_Request],
+        empty: type[_Response],
+    ) -> grpc.RpcMethodHandler:
+        def call(message: _Request, context: grpc.ServicerContext) -> _Response:
+            try:
+                self.fault(rpc)
+                return method(message, context)
+            except Exception as err:  # a bug: see the module's docstring
+                self._failed(rpc, err, context)
+                return empty()
+
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=request.FromString, response_serializer=_serialize
+        )
+
+    def _stream(self, message: pb.Empty, context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            self.fault("ListAndWatch")
+            yield from self.list_and_watch(message, context)
+        except Exception as err:  # a bug: see the module's docstring
+            self._failed("ListAndWatch", err, context)
+
+    def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
-                "GetDevicePluginOptions": unary(self.get_device_plugin_options, pb.Empty),
-                "ListAndWatch": grpc.unary_stream_rpc_method_handler(
-                    self.list_and_watch,
-                    request_deserializer=pb.Empty.FromString,
-                    response_serializer=_identity,
+                "GetDevicePluginOptions": self._unary(
+                    "GetDevicePluginOptions", self.get_device_plugin_options, pb.Empty, pb.DevicePluginOptions
                 ),
-                "GetPreferredAllocation": unary(self.get_preferred_allocation, pb.PreferredAllocationRequest),
-                "Allocate": unary(self.allocate, pb.AllocateRequest),
-                "PreStartContainer": unary(self.pre_start_container, pb.PreStartContainerRequest),
+                "ListAndWatch": grpc.unary_stream_rpc_method_handler(
+                    self._stream, request_deserializer=pb.Empty.FromString, response_serializer=_identity
+                ),
+                "GetPreferredAllocation": self._unary(
+                    "GetPreferredAllocation",
+                    self.get_preferred_allocation,
+                    pb.PreferredAllocationRequest,
+                    pb.PreferredAllocationResponse,
+                ),
+                "Allocate": self._unary("Allocate", self.allocate, pb.AllocateRequest, pb.AllocateResponse),
+                "PreStartContainer": self._unary(
+                    "PreStartContainer",
+                    self.pre_start_container,
+                    pb.PreStartContainerRequest,
+                    pb.PreStartContainerResponse,
+                ),
             },
         )
