@@ -33,6 +33,7 @@ READ_TIMEOUT_S = 10.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+ABSENT = frozenset({422})  # a JSON patch removing a path that is not there
 
 
 class ApiError(Exception):
@@ -121,17 +122,22 @@ class Kube:
         self.timeout = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
 
-    def _json(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    def _json(
+        self, call: Callable[..., Any], *args: Any, expected: frozenset[int] = frozenset(), **kwargs: Any
+    ) -> Obj:
+        """The call's JSON answer; an `ApiError` otherwise, counted in `errors` unless its status is
+        one of `expected` (an answer the caller takes as an outcome, not a failure)."""
         try:
             response = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
             result: Obj = json.loads(response.data)
         except _CLIENT_ERRORS as err:
-            raise self._failed(call.__name__, err) from None
+            raise self._failed(call.__name__, err, expected) from None
         return result
 
-    def _failed(self, call: str, err: Exception) -> ApiError:
+    def _failed(self, call: str, err: Exception, expected: frozenset[int] = frozenset()) -> ApiError:
         error = _from_exception(err)
-        self.errors[(call, error.status)] += 1
+        if error.status not in expected:
+            self.errors[(call, error.status)] += 1
         return error
 
     def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
@@ -195,12 +201,24 @@ class Kube:
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
 
-    def remove_node_annotation(self, name: str, key: str) -> Obj:
-        """Remove one annotation; 422 when it is absent (nothing is written then)."""
+    def remove_node_annotation(self, name: str, key: str) -> bool:
+        """Remove one annotation; False when it was already absent. A JSON patch, so an absent key
+        costs no write: the server refuses it with 422 and writes nothing, the outcome wanted, so
+        that answer is not an error (nor counted as one)."""
         pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-        return self._json(
-            self.core.patch_node, name, [{"op": "remove", "path": pointer}], _content_type=JSON_PATCH
-        )
+        try:
+            self._json(
+                self.core.patch_node,
+                name,
+                [{"op": "remove", "path": pointer}],
+                _content_type=JSON_PATCH,
+                expected=ABSENT,
+            )
+        except ApiError as err:
+            if err.status not in ABSENT:
+                raise
+            return False
+        return True
 
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> Obj:
         return self._json(self.core.patch_node_status, name, dict(patch), _content_type=MERGE_PATCH)

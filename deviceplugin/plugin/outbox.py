@@ -120,16 +120,11 @@ class OutboxWorker:
             self.kube.patch_pod_annotations(patch.namespace, patch.name, patch.annotations)
             return
         # A node key to remove is removed with a JSON patch: when it is absent (Volcano took no
-        # lock) the server refuses with 422 and writes nothing, where a merge patch would write a
-        # new node version for every pod. Absent is what was wanted, so 422 counts as done.
+        # lock) nothing is written, where a merge patch would write a new node version for every
+        # pod. Absent is what was wanted, so that counts as done.
         for key, value in patch.annotations.items():
-            if value is None:
-                try:
-                    self.kube.remove_node_annotation(patch.name, key)
-                except ApiError as err:
-                    if err.status != 422:
-                        raise
-                    log.debug("node annotation already absent", node=patch.name, key=key)
+            if value is None and not self.kube.remove_node_annotation(patch.name, key):
+                log.debug("node annotation already absent", node=patch.name, key=key)
         kept = {key: value for key, value in patch.annotations.items() if value is not None}
         if kept:
             self.kube.patch_node(patch.name, {"metadata": {"annotations": kept}})

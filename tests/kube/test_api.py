@@ -33,14 +33,26 @@ def test_node_annotation_removal_writes_only_when_the_key_is_there(
     node = node_object("n")
     node["metadata"]["annotations"] = {"gpu": "locked", "a/b~c": "odd key", "keep": "1"}
     apiserver.create("nodes", node)
-    kube.remove_node_annotation("n", "gpu")
-    kube.remove_node_annotation("n", "a/b~c")  # "/" and "~" are escaped in the JSON pointer
+    assert kube.remove_node_annotation("n", "gpu")
+    assert kube.remove_node_annotation("n", "a/b~c")  # "/" and "~" are escaped in the JSON pointer
     after = apiserver.get("nodes", "n")
     assert after is not None and after["metadata"]["annotations"] == {"keep": "1"}
-    with pytest.raises(ApiError) as caught:
-        kube.remove_node_annotation("n", "gpu")
-    assert caught.value.status == 422
+    assert not kube.remove_node_annotation("n", "gpu")  # the server's 422: already absent
     assert apiserver.get("nodes", "n") == after  # nothing written, not even a new resourceVersion
+    assert kube.errors == {}  # absent is the outcome wanted, not a failed call
+
+
+def test_a_node_lock_removal_that_fails_otherwise_raises_and_is_counted(
+    apiserver: ApiServerEmulator, kube: Kube
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        kube.remove_node_annotation("missing", "gpu")
+    assert caught.value.status == 404
+    apiserver.create("nodes", node_object("n"))
+    apiserver.faults.error(422, method="PATCH", path="/nodes/n", times=1)  # as 422 but on another call
+    with pytest.raises(ApiError):
+        kube.patch_node("n", {"metadata": {"annotations": {"a": "1"}}})
+    assert kube.errors == {("patch_node", 404): 1, ("patch_node", 422): 1}
 
 
 def test_retry_refreshes_on_conflict(apiserver: ApiServerEmulator, kube: Kube) -> None:
