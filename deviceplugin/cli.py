@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from deviceplugin import __version__, extender, inspect, runner
 from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, OptionError
@@ -14,6 +15,24 @@ from deviceplugin.plugin import daemon
 from deviceplugin.sim import simulate
 from deviceplugin.sim.apiserver import run_apiserver
 from deviceplugin.sim.kubelet import run_kubelet
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of `deviceplugin` and, as argparse makes sub-commands' parsers of their parent's
+    class, of every sub-command: help strings are plain text (argparse would read a `%` in one as a
+    format and crash `--help`), and each command reports the arguments it does not know with its own
+    usage (argparse passes them up to the top level, whose usage lists none of the command's options)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if isinstance(kwargs.get("help"), str):
+            kwargs["help"] = kwargs["help"].replace("%", "%%")
+        return super().add_argument(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,12 +62,16 @@ def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="deviceplugin",
         description="GPU-sharing device plugin for Kubernetes (Volcano-compatible).",
     )
     parser.add_argument("--version", action="version", version=f"deviceplugin {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Each command's module takes an ArgumentParser's sub-parsers; the parsers made are _Parsers.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
+    )
     _add_run(sub)
     simulate.add_parser(sub)
     extender.add_parser(sub)

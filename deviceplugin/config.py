@@ -241,7 +241,7 @@ OPTIONS: tuple[Option, ...] = (
         "vgpu-handshake-interval",
         "VGPU_HANDSHAKE_INTERVAL",
         _handshake_seconds,
-        "seconds between handshake answers, up to 20 percent less (0.1 to below 60)",
+        "seconds between handshake answers, up to 20% less (0.1 to below 60)",
     ),
     Option(
         "node-resync-interval",
