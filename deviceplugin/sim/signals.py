@@ -39,3 +39,30 @@ def stop_signals() -> Iterator[Callable[[], None]]:
         signal.set_wakeup_fd(previous_fd)
         os.close(read_fd)
         os.close(write_fd)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT arrived inside `stop_raises`. A BaseException, like KeyboardInterrupt, so
+    that no `except Exception` takes it for an error: it unwinds through every `finally`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    for sig in STOP_SIGNALS:  # a second signal must not cut short the clean-up the first started
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+@contextmanager
+def stop_raises() -> Iterator[None]:
+    """Inside: the first SIGTERM or SIGINT raises `Stopped` in the main thread (the default SIGTERM
+    ends the process on the spot, skipping every clean-up); later ones are ignored."""
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

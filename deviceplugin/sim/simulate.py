@@ -9,9 +9,7 @@ env vars, a metrics excerpt and where each ledger lives. Exits 1 when any step d
 from __future__ import annotations
 
 import argparse
-import signal
-import tempfile
-import threading
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -23,6 +21,8 @@ import yaml
 
 from deviceplugin.fit import keys
 from deviceplugin.sim.cluster import NodeSpec, Placement, SimCluster, SimulationError
+from deviceplugin.sim.scratch import scratch_dir
+from deviceplugin.sim.signals import Stopped, stop_raises, stop_signals
 
 NODES = (
     NodeSpec("gpu-share-1", "share", "2x10989"),
@@ -244,7 +244,19 @@ def main(args: argparse.Namespace) -> int:
     except SimulationError as err:
         print(f"deviceplugin simulate: {err}")
         return 2
-    directory = Path(tempfile.mkdtemp(prefix="dpsim-", dir="/tmp"))  # Unix socket paths stay short
+    # Sockets, ledgers and logs go to a temporary directory removed on every way out: the first
+    # SIGTERM or Ctrl-C unwinds through the same clean-up (nodes stopped, files removed) as a return.
+    try:
+        with stop_raises(), scratch_dir("dpsim-") as directory:
+            return _simulate(args, scenarios, directory, started)
+    except Stopped as stopped:
+        print(f"deviceplugin simulate: stopped by {stopped}", file=sys.stderr)
+        return 128 + stopped.signum
+
+
+def _simulate(
+    args: argparse.Namespace, scenarios: Sequence[Scenario], directory: Path, started: float
+) -> int:
     cluster = SimCluster(directory, NODES)
     try:
         print(f"starting: API server, {len(NODES)} GPU nodes, extenders (files in {directory})")
@@ -272,7 +284,5 @@ def _keep_running(cluster: SimCluster) -> None:
     print(f"\nthe cluster is up: kubectl --kubeconfig {cluster.kubeconfig} get pods -A")
     print(f"                  deviceplugin inspect --kubeconfig {cluster.kubeconfig}")
     print("Ctrl-C stops it.")
-    stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
-    stop.wait()
+    with stop_signals() as wait:
+        wait()

@@ -1,0 +1,31 @@
+"""Working directories for the simulated cluster (and the tests): short enough for the Unix sockets
+made below them, removed on the way out whatever the way."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# A socket path is at most 107 bytes; below the root come the directory's name (about 15), a node's
+# (up to about 20) and `plugins/nvidia-vgpu-memory.sock` (31).
+LONGEST_ROOT = 40
+
+
+def short_temp_root() -> str:
+    """Where to make them: $TMPDIR (tempfile's choice) when it leaves room for the sockets, else /tmp."""
+    root = tempfile.gettempdir()
+    return root if len(root) <= LONGEST_ROOT else "/tmp"
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A new directory under `short_temp_root()`, removed with everything in it when the block
+    ends: return, exception, or `signals.Stopped`."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=short_temp_root()))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
