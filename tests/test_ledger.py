@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
@@ -253,7 +254,7 @@ def _damaged(path: Path) -> None:
 
 
 def _index_off(path: Path) -> None:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("PRAGMA writable_schema = ON")
         db.execute(
             "UPDATE sqlite_master SET sql = 'CREATE INDEX allocations_by_devices ON allocations (pod_name)'"
@@ -263,12 +264,12 @@ def _index_off(path: Path) -> None:
 
 def _foreign(path: Path) -> None:
     path.unlink()
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE notes (text TEXT)")
 
 
 def _newer(path: Path) -> None:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
 
 

@@ -34,7 +34,14 @@ from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.identify import Identifier
 from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods, pod_identity
 from deviceplugin.plugin.podresources import Listing, listable
-from deviceplugin.plugin.swaps import apply_moves, correction_patches, describe, plan_moves, replaced
+from deviceplugin.plugin.swaps import (
+    apply_moves,
+    booking_patches,
+    correction_patches,
+    describe,
+    plan_moves,
+    replaced,
+)
 
 log = get_log(__name__)
 
@@ -182,6 +189,13 @@ def _finished(pod: Obj | None) -> bool:
     return pod is None or objects.is_terminal(pod) or objects.is_terminating(pod)
 
 
+def as_written(pod: Obj, annotations: Mapping[str, str]) -> Obj:
+    """A copy of `pod` with these annotations and no deletion mark: the pod as the scheduler left
+    it, before this node served any of its containers (see `PodAllocator.rebuilt`)."""
+    meta = {key: value for key, value in objects.metadata(pod).items() if key != "deletionTimestamp"}
+    return {**pod, "metadata": {**meta, "annotations": dict(annotations)}}
+
+
 class PodAllocator(Generic[P]):
     """Serves one resource whose Allocate is matched to a pod. Subclasses say where the pod's
     GPUs are (`_placement`), what the container gets (`_response`, `_shares`), which patches
@@ -247,6 +261,14 @@ class PodAllocator(Generic[P]):
 
     def _failure_patches(self, pod: PendingPod | None) -> list[Patch]:
         return [self._unlock()]
+
+    def _prepare(self, served: Served) -> None:
+        """Make on the host what the response names (before it is recorded and sent)."""
+
+    def _as_written(self, pod: Obj) -> Obj:
+        """The pod as the scheduler left it, before this node served any of its containers
+        (`as_written`): what the strategy's annotations said before serving changed them."""
+        raise NotImplementedError
 
     def _asking(self, units: int) -> str:
         """What a request of `units` devices asks for, in words."""
@@ -412,6 +434,7 @@ class PodAllocator(Generic[P]):
                 err.pod = err.pod or pod
                 raise
             response = self._response(served)
+            self._prepare(served)
             done = served_keys | {(pod.uid, need.name, self.resource)}
             complete = pod.containers_left(done) == 0
             patches = self._patches(served, done)
@@ -540,3 +563,70 @@ class PodAllocator(Generic[P]):
             about = Involved("Pod", move.pod_name, move.namespace, move.pod_uid)
             self.events.warning(about, "GpuAllocationSwapped", message)
         return len(plan.moves)
+
+    # --- rebuilding a lost ledger -----------------------------------------------------------------
+
+    def rebuilt(self, pod: Obj, container: str, device_ids: Sequence[str]) -> Allocation:
+        """The row this node's Allocate recorded for `container` of `pod`, which kubelet holds
+        `device_ids` for: served again from the pod as the scheduler left it (`_as_written`), with
+        nothing made on the host and nothing queued. AllocateError when the pod does not say."""
+        where = f"pod {pod_identity(pod)[1]}/{pod_identity(pod)[2]} container {container!r}"
+        try:
+            kubelet_gpus = check_ids(self.devices, device_ids)
+        except AllocateError as err:
+            raise AllocateError(err.code, err.reason, f"{where}: {err}") from None
+        candidate = self._read_pod(self._as_written(pod))
+        need = None if candidate is None else next((n for n in candidate.needs if n.name == container), None)
+        if candidate is None or need is None:
+            raise AllocateError(
+                grpc.StatusCode.NOT_FOUND,
+                "not-placed",
+                f"{where}: the pod's annotations place no {self.resource} for it on node {self.node_name}",
+            )
+        served = self._placement(candidate, need, kubelet_gpus)
+        return Allocation(
+            pod_uid=candidate.uid,
+            namespace=candidate.namespace,
+            pod_name=candidate.name,
+            container=need.name,
+            resource=self.resource,
+            gpus=self._shares(served),
+            device_ids=tuple(device_ids),
+            response=self._response(served).SerializeToString(),
+        )
+
+    def rebuild(self, listing: Listing) -> tuple[list[Allocation], list[str]]:
+        """For a ledger lost to corruption: records the row of each container kubelet's `listing`
+        shows holding devices of the resource (`rebuilt`; a row already there stays), and queues
+        what the scheduler books for their pods, as after a swap. Returns the rows and, for each
+        container that cannot come back, why."""
+        pods = {pod_identity(pod)[1:3]: pod for pod in self.pods.pods()}
+        rows: list[Allocation] = []
+        lost: list[str] = []
+        with self._lock:
+            for (namespace, name), listed in listing.pods.items():
+                for container in listed.containers:
+                    device_ids = listing.holding(namespace, name, container.name).get(self.resource)
+                    if not device_ids:
+                        continue
+                    pod = pods.get((namespace, name))
+                    if pod is None:
+                        lost.append(
+                            f"pod {namespace}/{name} container {container.name!r}: the API server binds no "
+                            f"such pod to node {self.node_name}"
+                        )
+                        continue
+                    try:
+                        row = self.rebuilt(pod, container.name, sorted(device_ids))
+                    except AllocateError as err:
+                        lost.append(str(err))
+                        continue
+                    rows.append(self.ledger.record(row))
+            by_uid = {objects.uid(pod): pod for pod in pods.values()}
+            patches = booking_patches(
+                dict.fromkeys(row.pod_uid for row in rows), self.ledger.active(), by_uid, self._booking
+            )
+            self.ledger.enqueue(patches)
+        if patches:
+            self.on_outbox()
+        return rows, lost

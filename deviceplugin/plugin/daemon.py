@@ -38,8 +38,9 @@ from deviceplugin.plugin.hook import HookPath
 from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.pending import asks_for
+from deviceplugin.plugin.recover import rebuild_ledger
 from deviceplugin.plugin.registrar import Registrar
-from deviceplugin.plugin.release import Releaser
+from deviceplugin.plugin.release import Rebuild, Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
 from deviceplugin.plugin.vgpu import VgpuAllocator
@@ -308,7 +309,26 @@ class Services:
     registrar: Registrar | None = None
 
     def _drop_unmounted_cache_dirs(self) -> None:
+        if self.ledger.replaced is not None:
+            return  # a container whose row could not be rebuilt may still use its directory
         self.hook.keep_mounted(allocation.response for allocation in self.ledger.active())
+
+    def _rebuilder(self, config: DaemonConfig) -> Rebuild | None:
+        """How the release loop rebuilds a ledger `Ledger.open` replaced (None: nothing to rebuild)."""
+        replaced, kube = self.ledger.replaced, self.kube
+        if replaced is None:
+            return None
+        if kube is None:
+            log.warning(
+                "ledger not rebuilt: without the Kubernetes API no pod can be read", moved_to=str(replaced)
+            )
+            return None
+        about = Involved.node(config.node_name, uid=config.node_name)
+
+        def report(message: str) -> None:
+            kube.events.warning(about, "LedgerRebuilt", message)
+
+        return lambda listing, allocators: rebuild_ledger(replaced, listing, allocators, report)
 
     def _on_released(self, _pod_uid: str) -> None:
         # By what live rows mount, not by UID: a corrected swap leaves a pod's container using the
@@ -341,14 +361,15 @@ class Services:
             grace_s=config.release_grace_period,
             on_released=self._on_released if config.gpu_strategy == "vgpu" else lambda _uid: None,
             supervisor=self.supervisor,
+            rebuild=self._rebuilder(config),
         )
-        self.releaser.start()
         servers = [
             PluginServer(
                 _service(config, DeviceList(resource, gpu.gpus, layout), gpu, self), config.device_plugin_dir
             )
             for resource in RESOURCES[config.gpu_strategy]
         ]
+        self.releaser.start()  # after the allocators joined it (a rebuild needs them), before kubelet calls
         self.registrar = Registrar(
             servers,
             config.kubelet_socket,

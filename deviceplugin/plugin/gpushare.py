@@ -17,7 +17,7 @@ from deviceplugin.fit.codec import format_gpu_index, parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.ledger import Allocation, GpuShare, Key, Patch
-from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
+from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served, as_written
 from deviceplugin.plugin.pending import (
     ContainerNeed,
     Obj,
@@ -183,6 +183,10 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             return []
         # Volcano's node lock, if it took one
         return [Patch("pod", pod.namespace, pod.name, {keys.GPU_ASSIGNED: "true"}, pod.uid), self._unlock()]
+
+    def _as_written(self, pod: Obj) -> Obj:
+        notes = {k: v for k, v in objects.annotations_of(pod).items() if k != keys.GPU_ASSIGNED}
+        return as_written(pod, notes)
 
     def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:
         """`gpu-index` as the rows serve the pod (app containers' GPUs in order, then init

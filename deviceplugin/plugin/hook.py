@@ -48,10 +48,14 @@ class HookPath:
         if not self.library.is_file():
             log.warning("HAMi-core library missing: vGPU containers cannot start", path=str(self.library))
 
+    def container_path(self, pod_uid: str, container: str) -> Path:
+        """Where the container's cache directory is (see `container_dir`)."""
+        return self.containers / f"{pod_uid}_{container}"
+
     def container_dir(self, pod_uid: str, container: str) -> Path:
         """The container's cache directory, created empty (a stale one from an earlier pod
         incarnation would hand it another container's state)."""
-        path = self.containers / f"{pod_uid}_{container}"
+        path = self.container_path(pod_uid, container)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         os.chmod(path, SHARED)

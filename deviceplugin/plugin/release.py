@@ -7,14 +7,17 @@ below kubelet's 100 QPS limit): a row neither whose container nor whose device I
 `grace_s` is released. The same `List` answer first goes to the reconcilers (`add_reconciler`),
 which give rows kubelet's records show under another container to that container
 (`PodAllocator.reconcile`); while a pod has a row they have yet to confirm, only that check
-releases it (its devices may be another pod's container's), unless `List` never answered.
+releases it (its devices may be another pod's container's), unless `List` never answered. A
+ledger `Ledger.open` replaced is rebuilt from the first `List` that answers once the pod cache
+has synced (`recover`): tried at `start`, before the daemon registers with kubelet, then by
+every pass until done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 from pathlib import Path
 from typing import Protocol
 
@@ -33,12 +36,19 @@ from deviceplugin.worker import Worker
 log = get_log(__name__)
 
 LIST_TIMEOUT_S = 10.0
+REBUILD_WAIT_S = 10.0  # at start, how long a ledger rebuild waits for the pod cache's first list
 
 
 class Reconciler(Protocol):
     def reconcile(self, listing: Listing) -> int: ...
 
     def unverified(self) -> Set[Key]: ...
+
+    def rebuild(self, listing: Listing) -> tuple[list[Allocation], list[str]]: ...
+
+
+# Rebuilds a replaced ledger from a `List` answer and the reconcilers (`recover.rebuild_ledger`).
+Rebuild = Callable[[Listing, Sequence[Reconciler]], object]
 
 
 def held(allocation: Allocation, listing: Listing) -> bool:
@@ -61,6 +71,7 @@ class Releaser:
         clock: Callable[[], float] = time.monotonic,
         on_released: Callable[[str], None] = lambda pod_uid: None,
         supervisor: Supervisor | None = None,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.ledger = ledger
         self.pods = pods
@@ -75,6 +86,7 @@ class Releaser:
         # mounted), so there is no check to leave a release to; None: not asked yet.
         self._answered: bool | None = None
         self._reconcilers: list[Reconciler] = []
+        self._rebuild = rebuild  # pending until a `List` answers with the pod cache synced
         self._worker = Worker("release", self._run, supervisor=supervisor)
         if pods is not None:
             pods.add_listener(self.on_pod)
@@ -126,6 +138,12 @@ class Releaser:
             return
         self._warned = False
         self._answered = True
+        if self._rebuild is not None and self.pods is not None and self.pods.synced:
+            try:
+                self._rebuild(listing, self._reconcilers)
+                self._rebuild = None
+            except StorageError:  # the ledger reports its disk; the next pass tries again
+                log.warning("ledger rebuild put off: the ledger cannot be written")
         for reconciler in self._reconcilers:
             try:
                 reconciler.reconcile(listing)
@@ -152,6 +170,11 @@ class Releaser:
         self._absent_since = {key: since for key, since in self._absent_since.items() if key in live}
 
     def start(self) -> None:
+        """Start the loop; a ledger rebuild is tried first, here: the daemon registers with kubelet
+        after this, and an Allocate must not take a container served before for one waiting."""
+        if self._rebuild is not None and self.pods is not None:
+            self.pods.wait_synced(REBUILD_WAIT_S)
+            self.check_with_kubelet()
         self._worker.start()
 
     def stop(self) -> None:

@@ -145,12 +145,21 @@ def correction_patches(
 ) -> list[Patch]:
     """For each live pod the moves touch, the annotations whose value differs from what
     `booking` derives from its rows."""
+    touched = dict.fromkeys(uid for move in moves for uid in (move.key[0], move.pod_uid))
+    return booking_patches(touched, after, pods, booking)
+
+
+def booking_patches(
+    uids: Iterable[str], rows: Sequence[Allocation], pods: Mapping[str, Obj], booking: Booking
+) -> list[Patch]:
+    """For each live pod of `uids`, the annotations whose value differs from what `booking`
+    derives from its `rows`."""
     patches = []
-    for uid in dict.fromkeys(uid for move in moves for uid in (move.key[0], move.pod_uid)):
+    for uid in uids:
         pod = pods.get(uid)
         if pod is None or objects.is_terminal(pod):
             continue
-        wanted = booking(pod, [row for row in after if row.pod_uid == uid]) or {}
+        wanted = booking(pod, [row for row in rows if row.pod_uid == uid]) or {}
         notes = objects.annotations_of(pod)
         changed = {key: value for key, value in wanted.items() if notes.get(key) != value}
         if changed:

@@ -39,7 +39,7 @@ from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.plugin import hook
-from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served
+from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served, as_written
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.pending import (
     ContainerNeed,
@@ -284,7 +284,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         return Served(pod, need, tuple(gpus))
 
     def _response(self, served: Served) -> pb.ContainerAllocateResponse:
-        """The container's env and mounts; its cache directory is created on the host here."""
+        """The container's env and mounts (its cache directory is made by `_prepare`)."""
         pod, need = served.pod, served.need
         assert isinstance(pod, VgpuPod)
         if need.name in pod.accounting:
@@ -308,7 +308,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             envs[OVERSUBSCRIBE] = "true"
         if self.disable_core_limit:
             envs[CORE_POLICY] = "disable"
-        cache = self.hook.container_dir(pod.uid, need.name)
+        cache = self.hook.container_path(pod.uid, need.name)
         mounts = [
             pb.Mount(container_path=hook.CONTAINER_LIBRARY, host_path=str(self.hook.library), read_only=True),
             pb.Mount(container_path=hook.CONTAINER_CACHE_DIR, host_path=str(cache), read_only=False),
@@ -318,6 +318,20 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             preload = str(self.hook.preload)
             mounts.append(pb.Mount(container_path=hook.CONTAINER_PRELOAD, host_path=preload, read_only=True))
         return pb.ContainerAllocateResponse(envs=envs, mounts=mounts)
+
+    def _prepare(self, served: Served) -> None:
+        assert isinstance(served.pod, VgpuPod)
+        if served.need.name not in served.pod.accounting:
+            self.hook.container_dir(served.pod.uid, served.need.name)
+
+    def _as_written(self, pod: Obj) -> Obj:
+        """Volcano writes `devices-to-allocate` as a copy of `vgpu-ids-new` with `bind-phase:
+        allocating`; slots are emptied here as containers are served, `vgpu-ids-new` is kept."""
+        notes = dict(objects.annotations_of(pod))
+        if keys.VGPU_IDS_NEW in notes:
+            notes[keys.DEVICES_TO_ALLOCATE] = notes[keys.VGPU_IDS_NEW]
+        notes[keys.BIND_PHASE] = keys.BIND_PHASE_ALLOCATING
+        return as_written(pod, notes)
 
     def _shares(self, served: Served) -> tuple[GpuShare, ...]:
         assert isinstance(served.pod, VgpuPod)

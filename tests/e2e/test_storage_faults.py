@@ -8,6 +8,7 @@ patch was sent again until a restart, even after space returned."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,12 +65,12 @@ def node_events(apiserver: ApiServerEmulator, reason: str) -> list[dict[str, Any
 
 
 def rows(path: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(path / "ledger.db") as db:
+    with contextlib.closing(sqlite3.connect(path / "ledger.db")) as db:
         return db.execute("SELECT pod_name, state FROM allocations ORDER BY pod_name").fetchall()
 
 
 def outbox_size(path: Path) -> int:
-    with sqlite3.connect(path / "ledger.db") as db:
+    with contextlib.closing(sqlite3.connect(path / "ledger.db")) as db:
         return int(db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
 
 
