@@ -1,9 +1,10 @@
 """Shared fixtures: a short temp dir, the kubelet and API-server emulators, the daemon's API
-client, the daemon launcher."""
+client, the daemon launcher. Every temporary directory of the run lives in one removed at its end."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,20 +14,30 @@ import pytest
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
+from deviceplugin.sim.scratch import scratch_dir, short_temp_root
 from tests.daemons import Daemon
 
 # Daemons started by tests listen for metrics on a free port, never the fixed production one.
 os.environ.setdefault("METRICS_ADDRESS", "127.0.0.1:0")
 
+# One directory holds every temporary directory of the run: pytest's tmp_path, the fixtures' short
+# socket directories (scratch_dir) and those of the processes the tests start ($TMPDIR). It is
+# removed when pytest ends, whatever ends it (a failure, Ctrl-C, an internal error).
+RUN_DIR = Path(tempfile.mkdtemp(prefix="dpt-", dir=short_temp_root()))
+tempfile.tempdir = str(RUN_DIR)
+os.environ["TMPDIR"] = str(RUN_DIR)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
+
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))  # Unix socket paths must stay short
-    (path / "plugins").mkdir()
-    yield path
-    for child in sorted(path.rglob("*"), reverse=True):
-        child.unlink() if not child.is_dir() else child.rmdir()
-    path.rmdir()
+    with scratch_dir("dp") as path:  # Unix socket paths must stay short
+        (path / "plugins").mkdir()
+        yield path
 
 
 @pytest.fixture

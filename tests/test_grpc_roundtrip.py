@@ -30,6 +30,7 @@ from deviceplugin.api import (
     podresources_grpc,
     podresources_pb2,
 )
+from deviceplugin.sim.scratch import short_temp_root
 from tests.test_proto import EXPECTED_METHODS
 
 RPC_TIMEOUT_S = 10.0
@@ -281,7 +282,7 @@ def serve(
 ) -> Iterator[Served]:
     """Run all three services on a fresh Unix socket; tear everything down on exit."""
     # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    socket_dir = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
+    socket_dir = tempfile.mkdtemp(prefix="dp-", dir=short_temp_root())
     executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpc-test")
     recorder = MethodRecorder()
     received = Received()

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# A socket path is at most 107 bytes; below the root come the directory's name (about 15), a node's
-# (up to about 20) and `plugins/nvidia-vgpu-memory.sock` (31).
-LONGEST_ROOT = 40
+# A socket path is at most 107 bytes; below the root come the directory's name (`/dpsim-` and 8
+# random characters), a node's (`/gpu-vgpu-1`) and `/plugins/nvidia-vgpu-memory.sock`: 58 bytes.
+LONGEST_ROOT = 48
 
 
 def short_temp_root() -> str:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import queue
-import shutil
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -20,6 +17,7 @@ from deviceplugin.gpu.health import HealthState
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
+from deviceplugin.sim.scratch import scratch_dir
 
 GPUS = (
     GpuInfo(index=0, uuid="GPU-0000", model="Fake GPU", memory_mib=100, numa=0),
@@ -29,16 +27,15 @@ GPUS = (
 
 @pytest.fixture
 def served() -> Iterator[tuple[PluginServer, HealthState, grpc.Channel]]:
-    directory = Path(tempfile.mkdtemp(prefix="dpsvc", dir="/tmp"))
-    health = HealthState(tuple(g.uuid for g in GPUS))
-    service = DevicePluginService(DeviceList(RESOURCES["number"][0], GPUS, Layout()), health)
-    server = PluginServer(service, directory)
-    server.start()
-    channel = grpc.insecure_channel(f"unix://{server.path}")
-    yield server, health, channel
-    channel.close()
-    server.stop()
-    shutil.rmtree(directory)
+    with scratch_dir("dpsvc") as directory:
+        health = HealthState(tuple(g.uuid for g in GPUS))
+        service = DevicePluginService(DeviceList(RESOURCES["number"][0], GPUS, Layout()), health)
+        server = PluginServer(service, directory)
+        server.start()
+        channel = grpc.insecure_channel(f"unix://{server.path}")
+        yield server, health, channel
+        channel.close()
+        server.stop()
 
 
 def stub(channel: grpc.Channel) -> deviceplugin_grpc.DevicePluginStub:

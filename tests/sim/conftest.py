@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from deviceplugin.sim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import new_threads
 from tests.sim.kubectl import MISSING, find_kubectl
 
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="sim-", dir="/tmp"))  # Unix socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with scratch_dir("sim-") as path:  # Unix socket paths must stay short
+        yield path
 
 
 @pytest.fixture

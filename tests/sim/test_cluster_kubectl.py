@@ -5,14 +5,13 @@ and the extender, with one GPU pod scheduled and admitted through them."""
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deviceplugin.sim.cluster import NodeSpec, Placement, SimCluster
+from deviceplugin.sim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import core_api
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 
@@ -36,17 +35,16 @@ def _gpu_pod() -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[SimCluster, Placement]]:
-    directory = Path(tempfile.mkdtemp(prefix="kc-", dir="/tmp"))  # Unix socket paths stay short
-    cluster = SimCluster(directory, [NodeSpec(NODE, "share", "2x10989")])
-    try:
-        cluster.start()
-        placement = cluster.schedule(cluster.submit(_gpu_pod()))
-        cluster.settle([placement])
-        assert not placement.problem, placement.problem
-        yield cluster, placement
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with scratch_dir("kc-") as directory:  # Unix socket paths stay short
+        cluster = SimCluster(directory, [NodeSpec(NODE, "share", "2x10989")])
+        try:
+            cluster.start()
+            placement = cluster.schedule(cluster.submit(_gpu_pod()))
+            cluster.settle([placement])
+            assert not placement.problem, placement.problem
+            yield cluster, placement
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture

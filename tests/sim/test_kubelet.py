@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import queue
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +27,7 @@ from deviceplugin.sim.kubelet import (
     KubeletEvent,
     ResourceState,
 )
+from deviceplugin.sim.scratch import scratch_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESOURCE = "nvidia.com/gpu"
@@ -198,9 +197,8 @@ def make_stale_socket(path: Path) -> None:
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
     # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with scratch_dir("kl-") as path:
+        yield path
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ its node status reporter writing over HTTP to the API emulator, read back with t
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +15,7 @@ from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.sim.nodestatus import NodeStatusReporter
+from deviceplugin.sim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import Obj, running_emulator, wait_until
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 from tests.sim.test_kubelet import RESOURCE, PluginServer, device, register
@@ -60,9 +59,8 @@ def ready_of(status: Obj) -> Obj:
 
 @pytest.fixture
 def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ns-", dir="/tmp"))  # Unix socket paths stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with scratch_dir("ns-") as path:  # Unix socket paths stay short
+        yield path
 
 
 @pytest.fixture
