@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/allocate.py
 	$(PY) bench/outbox.py
 	$(PY) bench/extender.py
+	$(PY) bench/http_servers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
