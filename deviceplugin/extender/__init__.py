@@ -16,6 +16,9 @@ from deviceplugin.extender.app import Extender, run
 from deviceplugin.extender.config import (
     CONFIG_OPTION,
     DEFAULT_ADDRESS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT_S,
     ExtenderConfig,
     ExtenderConfigError,
     load_config,
@@ -36,6 +39,12 @@ _HELP = {
     "kubeconfig": "kubeconfig file [env KUBECONFIG; default: in-cluster service account]",
     "log-format": "text or json [default text]",
     "log-level": "debug, info, warning or error [default info]",
+    "max-body-bytes": "largest request body, bytes or a quantity (8Mi); larger gets 413 unread "
+    f"[default {DEFAULT_MAX_BODY_BYTES}: NodeNames of 20,000 nodes and a large pod, with margin]",
+    "max-connections": "open connections; at the cap a new one closes the one idle longest "
+    f"[default {DEFAULT_MAX_CONNECTIONS}]",
+    "request-timeout": "seconds a request may take to arrive whole; slower gets 408 "
+    f"[default {DEFAULT_REQUEST_TIMEOUT_S:g}]",
 }
 
 

@@ -17,6 +17,7 @@ from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.http import ExtenderHttpServer
 from deviceplugin.extender.inventory import Inventory
 from deviceplugin.extender.service import ExtenderService
+from deviceplugin.httpserver import HttpCollector
 from deviceplugin.kube.api import Kube, Obj, load_client
 from deviceplugin.kube.cachemetrics import CacheCollector
 from deviceplugin.kube.podcache import NodeCache, PodCache
@@ -80,6 +81,7 @@ class Extender:
         registry.register(CacheCollector(METRICS_PREFIX, (self.nodes, self.pods)))
         registry.register(WorkerCollector(METRICS_PREFIX, self.supervisor))
         self.http = ExtenderHttpServer(self.service, address or config.address, registry)
+        registry.register(HttpCollector(METRICS_PREFIX, self.http.stats))
 
     def synced(self) -> bool:
         return self.nodes.synced and self.pods.synced

@@ -18,6 +18,7 @@ errors that name the option and where the value came from.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -25,13 +26,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deviceplugin.configfile import read_mapping
+from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.quantity import quantity_ceil
 
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_ADDRESS = ":8888"
+# Loopback unless told: in a cluster the Deployment passes the pod IP (`--address $(POD_IP):8888`),
+# the address its Service sends kube-scheduler's requests to (docs/deploy.md).
+DEFAULT_ADDRESS = "127.0.0.1:8888"
+# The largest request kube-scheduler sends for 20,000 nodes with `nodeCacheCapable: true`, with
+# margin (docs/extender.md, "Limits"): ExtenderArgs = the pod (at most etcd's 1.5 MiB object limit)
+# + NodeNames (20,000 x (name + 3 bytes of JSON): 1.3 MiB for 63-character names, 4.9 MiB even at
+# the 253 characters Kubernetes allows). 6.4 MiB at worst; realistic requests stay under 2 MiB.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_RANGE = (64 * 1024, 1024 * 1024 * 1024)
+DEFAULT_MAX_CONNECTIONS = 512
+MAX_CONNECTIONS_RANGE = (16, 65536)
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_RANGE = (0.1, 600.0)
 
 # Volcano's deviceshare argument names (file keys).
 VOLCANO_ENABLES: dict[str, Strategy] = {
@@ -59,6 +74,9 @@ class ExtenderConfig:
     kubeconfig: Path | None = None
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
 # --- value parsers (raise ValueError with what is wrong; the caller adds option and source) ---
@@ -86,6 +104,40 @@ def _int(value: object) -> int:
         return int(text)
     except ValueError:
         raise ValueError(f"must be a whole number, not {text!r}") from None
+
+
+def _within(value: float, bounds: tuple[float, float], unit: str) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        raise ValueError(f"must be from {low:g} to {high:g} {unit}, not {value:g}")
+
+
+def _body_bytes(value: object) -> int:
+    text = _text(value)
+    try:
+        size = quantity_ceil(text)
+    except FitInputError:
+        raise ValueError(f"must be a number of bytes (8388608 or 8Mi), not {text!r}") from None
+    _within(size, MAX_BODY_RANGE, "bytes")
+    return size
+
+
+def _connections(value: object) -> int:
+    count = _int(value)
+    _within(count, MAX_CONNECTIONS_RANGE, "connections")
+    return count
+
+
+def _seconds(value: object) -> float:
+    text = _text(value)
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number of seconds, not {text!r}") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"must be a number of seconds, not {text!r}")
+    _within(seconds, REQUEST_TIMEOUT_RANGE, "seconds")
+    return seconds
 
 
 def _bool(value: object) -> bool:
@@ -134,6 +186,9 @@ _PARSERS: dict[str, Any] = {
     "kubeconfig": lambda v: Path(_text(v)),
     "log-format": lambda v: _choice(v, LOG_FORMATS),
     "log-level": lambda v: _choice(v, LOG_LEVELS),
+    "max-body-bytes": _body_bytes,
+    "max-connections": _connections,
+    "request-timeout": _seconds,
 }
 OPTIONS = tuple(_PARSERS)
 CONFIG_OPTION = "config"

@@ -21,12 +21,19 @@ def test_defaults() -> None:
     config = load_config({}, env={})
     assert config == ExtenderConfig()
     assert (config.address, config.strategy, config.policy, config.weight, config.compat) == (
-        ":8888",
+        "127.0.0.1:8888",  # loopback unless told: the Deployment gives the pod IP
         "share",
         "binpack",
         1,
         None,
     )
+    assert (config.max_body_bytes, config.max_connections, config.request_timeout) == (8 << 20, 512, 10.0)
+
+
+def test_server_limits_from_flags_and_file(tmp_path: Path) -> None:
+    config_file = _file(tmp_path, "max-body-bytes: 16Mi\nmax-connections: 64\n")
+    config = load_config({"config": config_file, "request-timeout": "2.5"}, env={})
+    assert (config.max_body_bytes, config.max_connections, config.request_timeout) == (16 << 20, 64, 2.5)
 
 
 def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
@@ -76,6 +83,14 @@ def test_volcano_deviceshare_arguments_are_accepted(tmp_path: Path) -> None:
         ("", {"compat": "hami"}, "option compat (flag --compat)"),
         ("", {"address": "8888"}, "option address (flag --address)"),
         ("", {"address": "host:99999"}, "option address"),
+        ("", {"max-body-bytes": "8 MiB"}, "option max-body-bytes (flag --max-body-bytes): must be a number"),
+        ("", {"max-body-bytes": "1Ki"}, "must be from 65536 to 1.07374e+09 bytes, not 1024"),
+        ("", {"max-body-bytes": "2Gi"}, "option max-body-bytes"),
+        ("", {"max-connections": "1"}, "option max-connections (flag --max-connections): must be from 16"),
+        ("", {"max-connections": "9" * 5000}, "option max-connections (flag --max-connections): must be"),
+        ("", {"request-timeout": "1e-9"}, "option request-timeout (flag --request-timeout): must be from"),
+        ("", {"request-timeout": "nan"}, "option request-timeout (flag --request-timeout): must be a number"),
+        ("max-body-bytes: [1]\n", {}, "option max-body-bytes (config file"),
     ],
 )
 def test_bad_values_name_the_option(tmp_path: Path, text: str, flags: dict[str, str], expected: str) -> None:
