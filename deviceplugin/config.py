@@ -51,7 +51,10 @@ class DaemonConfig:
     pod_resources_socket: Path = DEFAULT_POD_RESOURCES_SOCKET
     state_dir: Path = DEFAULT_STATE_DIR
     kubeconfig: Path | None = None
-    metrics_address: str = ":9460"
+    # Loopback unless told: the DaemonSet passes the pod IP (METRICS_ADDRESS=$(POD_IP):9460), where
+    # kubelet's probes and Prometheus reach it (docs/deploy.md).
+    metrics_address: str = "127.0.0.1:9460"
+    metrics_request_timeout: float = 10.0
     hook_path: Path = DEFAULT_HOOK_PATH
     vgpu_split_count: int = 10
     vgpu_handshake: bool = False
@@ -222,7 +225,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("pod-resources-socket", "POD_RESOURCES_SOCKET", _socket_path, "kubelet's pod-resources socket"),
     Option("state-dir", "STATE_DIR", _path, "directory for the allocation ledger"),
     Option("kubeconfig", "KUBECONFIG", _path, "kubeconfig file (default: in-cluster)"),
-    Option("metrics-address", "METRICS_ADDRESS", _address, "HOST:PORT for /metrics, /healthz, /readyz"),
+    Option(
+        "metrics-address",
+        "METRICS_ADDRESS",
+        _address,
+        "HOST:PORT for /metrics, /healthz, /readyz (default loopback; the DaemonSet gives the pod IP)",
+    ),
+    Option(
+        "metrics-request-timeout",
+        "METRICS_REQUEST_TIMEOUT",
+        _seconds,
+        "seconds a request to the metrics listener may take to arrive whole; slower gets 408",
+    ),
     Option("hook-path", "HOOK_PATH", _path, "host directory holding libvgpu.so and ld.so.preload"),
     Option(
         "vgpu-split-count",

@@ -12,16 +12,16 @@ GPUs.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from deviceplugin.config import DaemonConfig
+from deviceplugin.httpserver import HttpServer, HttpStats, KiB, Limits, Request, Response
 from deviceplugin.kube.cachemetrics import cache_metrics
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.daemon import Daemon
@@ -31,6 +31,9 @@ log = get_log(__name__)
 
 PLUGIN = "volcano_gpu_plugin"
 UNITS = "in units of gpu-memory-factor MiB (Volcano's)"
+# Scrapes and probes: GET with small headers and no body, a few at a time; a request must arrive
+# whole within --metrics-request-timeout.
+METRICS_LIMITS = Limits(max_body_bytes=16 * KiB, max_header_bytes=16 * KiB, max_connections=64, workers=2)
 # Allocate is served from memory and one fsync: the interesting range is 0.5 ms .. 1 s, plus the
 # waits for a pod the cache has not seen yet (up to the 5 s deadline).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -234,54 +237,47 @@ def registry_for(daemon: Daemon) -> CollectorRegistry:
 
 
 class MetricsServer:
-    """One HTTP listener: `/metrics`, `/healthz` (the process answers), `/readyz`."""
+    """One HTTP listener: `/metrics`, `/healthz` (the process answers), `/readyz`, on the bounded
+    server (`deviceplugin.httpserver`, `METRICS_LIMITS`); `stats` counts what its limits refused."""
 
-    def __init__(self, daemon: Daemon, address: str, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, daemon: Daemon, address: str, registry: CollectorRegistry, stats: HttpStats | None = None
+    ) -> None:
         self.daemon = daemon
         self.registry = registry
         host, _, port = address.rpartition(":")
-        self._http = ThreadingHTTPServer((host or "0.0.0.0", int(port)), self._handler())
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True)
+        limits = replace(METRICS_LIMITS, request_timeout_s=daemon.config.metrics_request_timeout)
+        self._http = HttpServer(
+            (host.strip("[]") or "0.0.0.0", int(port)), self._handle, limits, name="metrics", stats=stats
+        )
 
     @property
     def port(self) -> int:
-        return int(self._http.server_address[1])
+        return self._http.server_address[1]
 
     def start(self) -> None:
-        self._thread.start()
-        log.info("metrics listening", port=self.port)
+        self._http.start()
+        log.info("metrics listening", host=self._http.server_address[0], port=self.port)
 
     def stop(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join()
+        self._http.stop()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+    def configure(self, config: DaemonConfig) -> None:
+        """Apply a reloaded --metrics-request-timeout (the address is the caller's: it moves the
+        listener)."""
+        if config.metrics_request_timeout != self._http.limits.request_timeout_s:
+            self._http.limits = replace(self._http.limits, request_timeout_s=config.metrics_request_timeout)
+            log.info("metrics request timeout changed", seconds=config.metrics_request_timeout)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.partition("?")[0]
-                if path == "/metrics":
-                    self._reply(HTTPStatus.OK, generate_latest(server.registry), CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    self._reply(HTTPStatus.OK, b"ok\n")
-                elif path == "/readyz":
-                    problems = readiness(server.daemon)
-                    status = HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
-                    self._reply(status, ("\n".join(problems) or "ok").encode() + b"\n")
-                else:
-                    self._reply(HTTPStatus.NOT_FOUND, b"not found: try /metrics, /healthz or /readyz\n")
-
-            def _reply(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # scrapes every few seconds would drown the daemon's own log
-
-        return Handler
+    def _handle(self, request: Request) -> Response:
+        if request.method != "GET":
+            return Response(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", headers=(("Allow", "GET"),))
+        if request.path == "/metrics":
+            return Response(HTTPStatus.OK, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+        if request.path == "/healthz":
+            return Response(HTTPStatus.OK, b"ok\n")
+        if request.path == "/readyz":
+            problems = readiness(self.daemon)
+            status = HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
+            return Response(status, ("\n".join(problems) or "ok").encode() + b"\n")
+        return Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics, /healthz or /readyz\n")

@@ -12,16 +12,17 @@ from prometheus_client import CollectorRegistry
 
 from deviceplugin import logs, memory
 from deviceplugin.config import DaemonConfig, OptionError, load_config
-from deviceplugin.metrics import MetricsServer, registry_for
+from deviceplugin.httpserver import HttpCollector, HttpStats
+from deviceplugin.metrics import PLUGIN, MetricsServer, registry_for
 from deviceplugin.plugin.daemon import EXIT_FAILED, Daemon, StartupError, configure_logging
 
 log = logs.get_log(__name__)
 
 
-def _serve_metrics(daemon: Daemon, registry: CollectorRegistry) -> MetricsServer:
+def _serve_metrics(daemon: Daemon, registry: CollectorRegistry, stats: HttpStats) -> MetricsServer:
     address = daemon.config.metrics_address
     try:
-        server = MetricsServer(daemon, address, registry)
+        server = MetricsServer(daemon, address, registry, stats)
     except OSError as err:
         raise StartupError(f"--metrics-address {address}: {err.strerror or err}", EXIT_FAILED) from None
     server.start()
@@ -54,8 +55,10 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
         log.error("cannot start", error=str(err))
         return err.exit_code
     registry = registry_for(daemon)
+    http = HttpStats()  # one count across the listeners a reload may move to
+    registry.register(HttpCollector(PLUGIN, http))
     try:
-        metrics = _serve_metrics(daemon, registry)
+        metrics = _serve_metrics(daemon, registry, http)
     except StartupError as err:
         log.error("cannot start", error=str(err))
         daemon.stop()
@@ -65,7 +68,7 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
     while not stop.wait(0.2):
         if reload.is_set():
             reload.clear()
-            metrics = _reload(daemon, flags, metrics, registry)
+            metrics = _reload(daemon, flags, metrics, registry, http)
     metrics.stop()
     daemon.stop()
     log.info("stopped")
@@ -73,7 +76,11 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
 
 
 def _reload(
-    daemon: Daemon, flags: Mapping[str, str | None], metrics: MetricsServer, registry: CollectorRegistry
+    daemon: Daemon,
+    flags: Mapping[str, str | None],
+    metrics: MetricsServer,
+    registry: CollectorRegistry,
+    http: HttpStats,
 ) -> MetricsServer:
     """Apply the configuration as it reads now; the metrics listener moves if its address changed."""
     address = daemon.config.metrics_address
@@ -84,9 +91,10 @@ def _reload(
         return metrics
     _log_notes(daemon.config)
     if daemon.config.metrics_address == address:
+        metrics.configure(daemon.config)
         return metrics
     try:  # bind the new address before letting go of the old one
-        moved = _serve_metrics(daemon, registry)
+        moved = _serve_metrics(daemon, registry, http)
     except StartupError as err:
         log.error("metrics listener not moved, still on the old address", address=address, error=str(err))
         return metrics
