@@ -3,6 +3,7 @@ daemon's effective configuration as the DaemonSet would give it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,14 @@ DAEMONSET = ROOT / "daemonset.yaml"
 EXTENDER = ROOT / "deploy" / "extender.yaml"
 VGPU_CONFIG = ROOT / "deploy" / "vgpu-config.yaml"  # the HAMi vGPU plugin's ConfigMaps
 ADMISSION_POLICY = ROOT / "deploy" / "admission-policy.yaml"  # ValidatingAdmissionPolicies and bindings
-MANIFESTS = (DAEMONSET, EXTENDER, VGPU_CONFIG, ADMISSION_POLICY)
+NETWORK_POLICY = ROOT / "deploy" / "networkpolicy.yaml"  # ingress to the metrics port and the extender
+MANIFESTS = (DAEMONSET, EXTENDER, VGPU_CONFIG, ADMISSION_POLICY, NETWORK_POLICY)
 # Cluster-scoped kinds the manifests hold; everything else lives in NAMESPACE.
 CLUSTER_KINDS = frozenset(
     {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 )
 NAMESPACE = "volcano-gpu"
+POD_IP = "10.244.3.17"  # the pod IP the downward API gives in these tests
 IMAGE = "ghcr.io/volcano-gpu/deviceplugin:0.1.0"
 SCHEDULER_CONFIG_MAP = "volcano-gpu-scheduler-config"
 SCHEDULER_CONFIG_KEY = "scheduler-config.yaml"
@@ -157,15 +160,22 @@ def config_file(docs: list[Doc], container: Doc, workload: Doc, file_path: str) 
 
 
 def container_env(container: Doc, field_values: Mapping[str, str]) -> dict[str, str]:
-    """The container's environment; downward-API fields are filled from `field_values`."""
+    """The container's environment; downward-API fields are filled from `field_values` (the pod
+    IP is `POD_IP` unless given), `$(NAME)` in a value from the variables defined before it."""
+    fields = {"status.podIP": POD_IP, **field_values}
     env: dict[str, str] = {}
     for entry in container.get("env", []):
         if "value" in entry:
-            env[entry["name"]] = str(entry["value"])
+            env[entry["name"]] = expand(str(entry["value"]), env)
         else:
             field = entry["valueFrom"]["fieldRef"]["fieldPath"]
-            env[entry["name"]] = field_values[field]
+            env[entry["name"]] = fields[field]
     return env
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' `$(NAME)` references in an env value or an argument (unknown ones stay)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), text)
 
 
 def daemon_config(docs: list[Doc], workload: Doc, scratch: Path, node: str) -> DaemonConfig:

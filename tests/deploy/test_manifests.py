@@ -21,13 +21,16 @@ from tests.deploy.manifests import (
     IMAGE,
     MANIFESTS,
     NAMESPACE,
+    POD_IP,
     ROOT,
     SCHEDULER_CONFIG_KEY,
     SCHEDULER_CONFIG_MAP,
     Doc,
     config_file,
+    container_env,
     daemon_config,
     documents,
+    expand,
     find,
     images,
     mounts,
@@ -163,7 +166,8 @@ def test_probes_hit_healthz_and_readyz_on_the_metrics_port(daemonset: Doc, confi
         get = container[probe]["httpGet"]
         assert get["path"] == path
         assert port_number(container, get["port"]) == metrics_port
-    assert config.metrics_address.rpartition(":")[0] in {"", "0.0.0.0"}  # kubelet probes the pod IP
+    # the pod IP, where kubelet's probes and Prometheus connect; not every interface
+    assert config.metrics_address == f"{POD_IP}:{metrics_port}"
 
 
 def test_runs_as_root_without_any_capability(daemonset: Doc) -> None:
@@ -218,7 +222,8 @@ def test_extender_deployment(extender_docs: list[Doc]) -> None:
     container = only_container(deployment)
     spec = pod_spec(deployment)
     assert spec["serviceAccountName"] == "volcano-gpu-extender"
-    assert container["args"][:3] == ["extender", "--address", ":8888"]
+    assert container["args"][:3] == ["extender", "--address", "$(POD_IP):8888"]  # its Service's target
+    assert container_env(container, {}) == {"POD_IP": POD_IP}
     assert port_number(container, "http") == 8888
     assert port_number(container, container["readinessProbe"]["httpGet"]["port"]) == 8888
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -235,7 +240,8 @@ def test_extender_config_file_loads_with_the_extenders_own_code(
 ) -> None:
     deployment = find(extender_docs, "Deployment", "volcano-gpu-extender")
     container = only_container(deployment)
-    command, *rest = container["args"]
+    env = container_env(container, {})
+    command, *rest = (expand(arg, env) for arg in container["args"])
     assert command == "extender" and len(rest) % 2 == 0
     flags: dict[str, object | None] = {}
     for flag, value in zip(rest[::2], rest[1::2], strict=True):
@@ -245,7 +251,7 @@ def test_extender_config_file_loads_with_the_extenders_own_code(
     (tmp_path / key).write_text(content)
     flags["config"] = str(tmp_path / key)
     config = load_extender_config(flags, env={})  # unknown keys and bad values are errors
-    assert (config.address, config.strategy, config.policy) == (":8888", "share", "binpack")
+    assert (config.address, config.strategy, config.policy) == (f"{POD_IP}:8888", "share", "binpack")
     assert config.weight > 0 and config.kubeconfig is None  # in-cluster credentials
     assert set(yaml.safe_load(content)) == {"strategy", "policy", "weight"}
 
