@@ -262,37 +262,62 @@ class ExtenderService:
             return f"pod {args.pod_display} has uid {uid}, not {args.pod_uid}: it was replaced"
         if bound := pod_node(pod):
             return f"pod {args.pod_display} is already bound to node {bound}"
-        try:
-            request = self.request_of(pod)
-        except FitInputError as err:
-            return str(err)
-        view = self.inventory.view(args.node)
-        annotations: dict[str, str] = {}
-        if request.wants:
-            why = self._unusable(args.node, view)
-            if why or view is None:
-                return f"cannot bind pod {args.pod_display} to node {args.node}: {why}"
-            with view.lock:
-                try:
-                    result = self._fit(view, pod, request)
-                except FitInputError as err:
-                    result = FitResult(ok=False, reason=str(err))
-                if not result.ok:
-                    return f"cannot bind pod {args.pod_display} to node {args.node}: {result.reason}"
-                if self.config.strategy == "vgpu":
-                    now = int(time.time())
-                    annotations = vgpu_bind_annotations(result, args.node, now, self.config.compat)
-                else:
-                    annotations = gpushare_bind_annotations(result, time.time_ns())
-                self.inventory.assume(view, _bound(pod, args.node, annotations))
+        error, annotations = self._assume(pod, args.node)
+        if error:
+            return f"cannot bind pod {args.pod_display} to node {args.node}: {error}"
         try:
             self._binder(args.pod_namespace, args.pod_name, args.node, annotations, uid)
         except ApiError as err:
-            if view is not None and annotations:
-                with view.lock:
-                    self.inventory.forget(view, uid)
+            if annotations:
+                self.unreserve(pod, args.node)
             return f"binding pod {args.pod_display} to node {args.node} failed: {err}"
         return ""
+
+    def _assume(self, pod: Obj, node: str) -> tuple[str, dict[str, str]]:
+        """Fit `pod` on `node` and book it there with the annotations a bind writes, under the
+        node's lock: (why not, "" when booked; the annotations, empty when the pod asks for none
+        of this strategy's resources and nothing was booked)."""
+        try:
+            request = self.request_of(pod)
+        except FitInputError as err:
+            return str(err), {}
+        if not request.wants:
+            return "", {}
+        view = self.inventory.view(node)
+        why = self._unusable(node, view)
+        if why or view is None:
+            return why, {}
+        with view.lock:
+            try:
+                result = self._fit(view, pod, request)
+            except FitInputError as err:
+                result = FitResult(ok=False, reason=str(err))
+            if not result.ok:
+                return result.reason, {}
+            if self.config.strategy == "vgpu":
+                annotations = vgpu_bind_annotations(result, node, int(time.time()), self.config.compat)
+            else:
+                annotations = gpushare_bind_annotations(result, time.time_ns())
+            self.inventory.assume(view, _bound(pod, node, annotations))
+        return "", annotations
+
+    # --- reserve (in-process callers only: the HTTP protocol has no such verb) ---------------
+
+    def reserve(self, pod: Obj, node: str) -> str:
+        """Book `pod` on `node` as a bind would, without binding: later fits count it (the
+        scheduling framework's Reserve; how the simulated scheduler tries a gang whole before it
+        binds any member). Why not, or "" when booked or when the pod asks for nothing here."""
+        if problem := self._not_ready():
+            return problem
+        return self._assume(pod, node)[0]
+
+    def unreserve(self, pod: Obj, node: str) -> None:
+        """Undo `reserve` (or a bind's booking that the API refused)."""
+        view = self.inventory.view(node)
+        if view is not None:
+            with view.lock:
+                self.inventory.forget(view, pod_uid(pod))
+
 
 
 def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:

@@ -1,13 +1,14 @@
 """A whole cluster on one machine, over real transports: the API-server emulator, simulated GPU
-nodes (each a kubelet emulator and the real daemon, `deviceplugin run` with fake GPUs, in its own
-directory), one scheduler extender per GPU strategy, and a small scheduling loop that drives a
-pending pod through extender filter -> prioritize -> bind over HTTP, then has the node's kubelet
-admit it (GetPreferredAllocation and Allocate over gRPC) and report its phase.
+nodes (each a kubelet emulator and the real daemon, `deviceplugin run` with fake GPUs of the node's
+own, in its own directory), one scheduler extender per GPU strategy, and the simulated scheduler
+(`scheduler`: kube-scheduler's filters, extender filter -> prioritize -> bind over HTTP, gangs all
+or nothing, events); the node's kubelet then admits each bound pod (GetPreferredAllocation and
+Allocate over gRPC) and reports its phase.
 """
 
 from __future__ import annotations
 
-import json
+import platform
 import re
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from deviceplugin.extender import Extender, ExtenderConfig
+from deviceplugin.extender.config import Policy
 from deviceplugin.fit import keys, objects
-from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.plugin.devices import RESOURCES
 from deviceplugin.sim import podstatus
@@ -28,30 +29,18 @@ from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.apiserver.meta import rfc3339
 from deviceplugin.sim.kubelet import KubeletEmulator
+from deviceplugin.sim.nodes import NodeSpec
 from deviceplugin.sim.nodestatus import NodeStatusReporter
+from deviceplugin.sim.scheduler import Decision, SimScheduler
+from deviceplugin.sim.workloads import Gang
 
 STARTUP_S = 30.0
 HTTP_TIMEOUT_S = 10.0
 _METRICS_PORT = re.compile(r"metrics listening.*port=(\d+)")
-# The resource that tells which GPU family (and so which extender) a pod belongs to.
-STRATEGY_OF = {
-    keys.GPU_MEMORY: "share",
-    keys.GPU_NUMBER: "number",
-    keys.VGPU_NUMBER: "vgpu",
-    keys.VGPU_MEMORY: "vgpu",
-    keys.VGPU_CORES: "vgpu",
-}
 
 
 class SimulationError(Exception):
     """A part of the simulated cluster did not start or did not behave."""
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    strategy: Strategy
-    fake_gpus: str  # COUNTxMIB
 
 
 @dataclass
@@ -91,33 +80,25 @@ class Placement:
     problem: str = ""
     admission: Admission | None = None
     annotations: dict[str, str] = field(default_factory=dict)
-
-
-def pod_strategy(pod: Mapping[str, Any]) -> str | None:
-    for container in [*objects.init_containers(pod), *objects.containers(pod)]:
-        for resource in objects.limits(container):
-            if resource in STRATEGY_OF:
-                return STRATEGY_OF[resource]
-    return None
-
-
-def _post(url: str, body: object) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        return json.loads(response.read())
+    #: The pod as submitted (with the UID the API server gave it), and the phase it ended in.
+    pod: dict[str, Any] = field(default_factory=dict)
+    phase: str = "Pending"
+    gang: str = ""  # namespace/name of its pod group when scheduled as one
 
 
 class SimCluster:
-    def __init__(self, directory: Path, nodes: Sequence[NodeSpec], policy: str = "binpack") -> None:
+    def __init__(
+        self, directory: Path, nodes: Sequence[NodeSpec], policy: Policy = "binpack", weight: int = 1
+    ) -> None:
         self.directory = directory
         self.node_specs = tuple(nodes)
-        self.policy = policy
+        self.policy: Policy = policy
+        self.weight = weight
         self.apiserver = ApiServerEmulator()
         self.kubeconfig = directory / "kubeconfig"
         self.nodes: dict[str, SimNode] = {}
         self.extenders: dict[str, Extender] = {}
+        self.scheduler = SimScheduler(self.apiserver, self.extenders)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -126,12 +107,10 @@ class SimCluster:
         self.apiserver.write_kubeconfig(self.kubeconfig)
         kube = Kube(load_client(self.kubeconfig))
         for index, spec in enumerate(self.node_specs):
-            self.apiserver.create(
-                "nodes", {"metadata": {"name": spec.name, "labels": {"nvidia.com/gpu.present": "true"}}}
-            )
+            self.apiserver.create("nodes", {"metadata": {"name": spec.name, "labels": _labels(spec)}})
             self.nodes[spec.name] = self._start_node(spec, kube, index)
         for strategy in sorted({spec.strategy for spec in self.node_specs}):
-            config = ExtenderConfig(strategy=strategy, policy=self.policy)  # type: ignore[arg-type]
+            config = ExtenderConfig(strategy=strategy, policy=self.policy, weight=self.weight)
             self.extenders[strategy] = Extender(config, kube, address="127.0.0.1:0").start()
         for node in self.nodes.values():
             self._wait_ready(node)
@@ -156,7 +135,8 @@ class SimCluster:
             "run",
             *("--node-name", spec.name),
             *("--gpu-strategy", spec.strategy),
-            *("--fake-gpus", spec.fake_gpus),
+            *("--fake-gpus", str(spec.write_fake_gpus(directory / "gpus.json"))),
+            *("--gpu-memory-factor", str(spec.memory_factor)),
             *("--device-plugin-dir", str(directory / "plugins")),
             *("--pod-resources-socket", str(pod_resources)),
             *("--state-dir", str(directory / "state")),
@@ -218,37 +198,39 @@ class SimCluster:
         )
 
     def schedule(self, pod: Mapping[str, Any]) -> Placement:
-        """One scheduling cycle through the extender, then admission by the node's kubelet."""
-        meta = objects.metadata(pod)
-        placement = Placement(str(meta.get("namespace")), str(meta.get("name")))
-        strategy = pod_strategy(pod)
-        extender = self.extenders.get(strategy or "")
-        if extender is None:
-            placement.problem = f"asks for no GPU resource this cluster schedules ({strategy or 'none'})"
-            return placement
-        args = {"Pod": pod, "NodeNames": sorted(self.nodes)}
-        filtered = _post(extender.url + "/filter", args)
-        names = filtered.get("NodeNames") or []
-        if filtered.get("Error") or not names:
-            reasons = "; ".join(f"{n}: {why}" for n, why in (filtered.get("FailedNodes") or {}).items())
-            placement.problem = f"unschedulable: {filtered.get('Error') or reasons or 'no node fits'}"
-            return placement
-        scores = _post(extender.url + "/prioritize", {**args, "NodeNames": names})
-        best = max(names, key=lambda n: (next((s["Score"] for s in scores if s["Host"] == n), 0), n))
-        bound = _post(
-            extender.url + "/bind",
-            {
-                "PodName": placement.name,
-                "PodNamespace": placement.namespace,
-                "PodUID": objects.uid(pod),
-                "Node": best,
-            },
-        )
-        if bound.get("Error"):
-            placement.problem = f"bind to {best} failed: {bound['Error']}"
-            return placement
-        placement.node = best
-        return self._admit(placement)
+        """One scheduling cycle, then admission by the node's kubelet."""
+        return self._placed(self.scheduler.schedule(dict(pod)))
+
+    def play(self, pods: Sequence[Mapping[str, Any]], gangs: Sequence[Gang] = ()) -> list[Placement]:
+        """Submit every pod, then schedule them in order (a gang where its first member stands, all
+        of it at once) and have each bound one admitted; the placements in the pods' order."""
+        submitted = [self.submit(pod) for pod in pods]
+        by_key = {objects.namespaced_name(pod): pod for pod in submitted}
+        gang_of = {f"{g.namespace}/{name}": g for g in gangs for name in g.pods}
+        placements: dict[str, Placement] = {}
+        for pod in submitted:
+            key = objects.namespaced_name(pod)
+            if key in placements:
+                continue
+            gang = gang_of.get(key)
+            if gang is None:
+                placements[key] = self._placed(self.scheduler.schedule(pod))
+                continue
+            members = [by_key[f"{gang.namespace}/{name}"] for name in gang.pods]
+            for decision in self.scheduler.schedule_gang(members, gang):
+                placement = self._placed(decision)
+                placement.gang = f"{gang.namespace}/{gang.name}"
+                placements[decision.key] = placement
+        return [placements[objects.namespaced_name(pod)] for pod in submitted]
+
+    def _placed(self, decision: Decision) -> Placement:
+        meta = objects.metadata(decision.pod)
+        placement = Placement(str(meta.get("namespace")), str(meta.get("name")), pod=decision.pod)
+        placement.problem = decision.problem
+        if decision.node:
+            placement.node = decision.node
+            self._admit(placement)
+        return placement
 
     def _admit(self, placement: Placement) -> Placement:
         pod = self.apiserver.get("pods", placement.name, placement.namespace)
@@ -262,7 +244,9 @@ class SimCluster:
             status = podstatus.started(
                 pod, host_ip=node.status.machine.address, pod_ip=next(node.pod_ips), at=rfc3339(time.time())
             )
+            placement.phase = "Running"
         else:
+            placement.phase = "Failed"
             placement.problem = f"{admission.reason}: {admission.message}"
             status = podstatus.rejected(admission.reason, admission.message)
         self.apiserver.patch(
@@ -286,6 +270,17 @@ class SimCluster:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.02)
+
+
+def _labels(spec: NodeSpec) -> dict[str, str]:
+    """What kubelet labels its node with, and the GPU feature discovery's presence label."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    return {
+        "kubernetes.io/hostname": spec.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "nvidia.com/gpu.present": "true",
+    }
 
 
 def _marked(notes: Mapping[str, str]) -> bool:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.cluster import NodeSpec, Placement, SimCluster
+from deviceplugin.sim.cluster import Placement, SimCluster
+from deviceplugin.sim.nodes import node
 from deviceplugin.sim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import core_api
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
@@ -36,7 +37,7 @@ def _gpu_pod() -> dict[str, object]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[SimCluster, Placement]]:
     with scratch_dir("kc-") as directory:  # Unix socket paths stay short
-        cluster = SimCluster(directory, [NodeSpec(NODE, "share", "2x10989")])
+        cluster = SimCluster(directory, [node(NODE, "share")])
         try:
             cluster.start()
             placement = cluster.schedule(cluster.submit(_gpu_pod()))
