@@ -3,8 +3,8 @@ who gets to know.
 
 A worker whose loop raises (or returns without being asked to stop) is logged with its name and the
 exception, counted, and restarted after a back-off that doubles with every crash in a row
-(`Backoff`). A loop reports each turn of work it completes (`Worker.turn`), which ends a run of
-crashes. While a worker waits out its back-off it is *down*; after `LOOP_CRASHES` crashes with no
+(`WORKER_RESTART`). A loop reports each turn of work it completes (`Worker.turn`), which ends a run
+of crashes. While a worker waits out its back-off it is *down*; after `LOOP_CRASHES` crashes with no
 completed turn between them it is *restarting in a loop* until it completes one. Either makes its
 owner unready: `Supervisor.problems` names the worker and the exception, and the daemon's and the
 extender's `/readyz` answer 503 with that text.
@@ -20,24 +20,16 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from deviceplugin.backoff import Backoff
+
 FAULTS_ENV = "DEVICEPLUGIN_WORKER_FAULTS"
 LOOP_CRASHES = 3  # crashes without a completed turn between them: restarting in a loop
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """The wait before a restart: `start_s`, doubled for every further crash in a row, at most
-    `max_s` (a crash is a bug or a broken dependency: retrying fast only floods the log)."""
-
-    start_s: float = 0.2
-    max_s: float = 30.0
-
-    def delay(self, in_a_row: int) -> float:
-        return min(self.start_s * 2.0 ** min(in_a_row - 1, 64), self.max_s)
+# The wait before a restart, by crashes in a row. A crash is a bug or a broken dependency:
+# restarting fast only floods the log.
+WORKER_RESTART = Backoff(start_s=0.2, max_s=30.0)
 
 
 class InjectedFault(RuntimeError):
@@ -54,7 +46,7 @@ class Supervisor:
     """The workers of one daemon or one extender: restart counts by worker name (kept across
     reloads, which replace the workers) and the problems readiness reports."""
 
-    def __init__(self, backoff: Backoff = Backoff(), faults: Path | None = None) -> None:
+    def __init__(self, backoff: Backoff = WORKER_RESTART, faults: Path | None = None) -> None:
         self.backoff = backoff
         self.faults = faults
         self._lock = threading.Lock()

@@ -21,6 +21,7 @@ import kubernetes
 import urllib3
 import yaml
 
+from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -34,6 +35,9 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 ABSENT = frozenset({422})  # a JSON patch removing a path that is not there
+# Between tries of one call (`retry`): a struggling API server is not hit with a tight loop, and
+# the caller, waiting on the result, is not kept long past the server's return.
+API_CALL_RETRY = Backoff(start_s=0.1, max_s=5.0)
 
 
 class ApiError(Exception):
@@ -297,16 +301,16 @@ def retry(
 ) -> T:
     """Run `call`, retrying transient failures (and conflicts, after `on_conflict` refreshes
     whatever the call depends on) with exponential back-off until `deadline_s` has passed."""
-    end, delay = time.monotonic() + deadline_s, 0.1
+    end, retries = time.monotonic() + deadline_s, Retries(API_CALL_RETRY)
     while True:
         try:
             return call()
         except ApiError as err:
             retryable = err.transient or (err.conflict and on_conflict is not None)
+            delay = retries.failed()
             if not retryable or time.monotonic() + delay > end:
                 raise
             log.info("retrying api call", call=what, error=str(err), retry_s=delay)
             sleep(delay)
-            delay = min(delay * 2, 5.0)
             if err.conflict and on_conflict is not None:
                 on_conflict()

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Self
 
+from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
 from deviceplugin.kube.rejections import Rejections
 from deviceplugin.logs import get_log
@@ -30,8 +31,9 @@ from deviceplugin.worker import Worker
 log = get_log(__name__)
 
 WATCH_TIMEOUT_S = 300
-BACKOFF_START_S = 0.2
-BACKOFF_MAX_S = 10.0
+# Between lists while the API server fails: a cache per daemon on every node relisting in a tight
+# loop would keep a recovering server down.
+RELIST_RETRY = Backoff(start_s=0.2, max_s=10.0)
 
 
 def _uid(pod: Obj) -> str:
@@ -233,12 +235,8 @@ class ListWatchCache:
         finally:  # however the loop ends (a crash too), nobody may take the cache as current
             self._set_watching(False)
 
-    def _pause(self, backoff: float) -> float:
-        self._worker.stopping.wait(backoff)
-        return min(backoff * 2, BACKOFF_MAX_S)
-
     def _loop(self) -> None:
-        backoff = BACKOFF_START_S
+        retries = Retries(RELIST_RETRY)
         while not self._worker.stopping.is_set():
             try:
                 items, version = self._lister()
@@ -249,7 +247,7 @@ class ListWatchCache:
                     count=len(items),
                     resource_version=version,
                 )
-                backoff = BACKOFF_START_S
+                retries.succeeded()
                 while not self._worker.stopping.is_set():
                     version = self._watch(version)
             except ApiError as err:
@@ -259,8 +257,9 @@ class ListWatchCache:
                 if err.expired:
                     log.info(f"{self._what} watch expired, listing again", error=str(err))
                     continue
-                log.warning(f"{self._what} cache lost the API server", error=str(err), retry_s=backoff)
-                backoff = self._pause(backoff)
+                delay = retries.failed()
+                log.warning(f"{self._what} cache lost the API server", error=str(err), retry_s=delay)
+                self._worker.stopping.wait(delay)
             finally:
                 with self._cond:
                     self._stream = None

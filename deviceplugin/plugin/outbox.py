@@ -25,6 +25,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 
+from deviceplugin.backoff import Backoff
 from deviceplugin.fit import objects
 from deviceplugin.kube.api import ApiError, Kube
 from deviceplugin.kube.podcache import PodCache
@@ -44,9 +45,10 @@ IDLE_WAIT_S = 1.0
 # Allocates the entries gather, so the burst shares one lock release instead of one each and
 # competes less with Allocate itself.
 BATCH_GAP_S = 0.05
-BACKOFF_START_S = 0.5
 STORAGE_WAIT_S = 1.0  # while the ledger cannot be written: how often to look again
-BACKOFF_MAX_S = 60.0
+# Between tries of one target's patch, by its entries' attempts (kept in the ledger, so a restart
+# does not start a failing backlog over): a backlog resent at once would flood the API server.
+OUTBOX_RETRY = Backoff(start_s=0.5, max_s=60.0)
 PERMANENT = frozenset({404, 422})
 GONE_KEPT = 10_000  # UIDs of deleted pods remembered; an older one's entries are sent (and get 404)
 
@@ -162,7 +164,7 @@ class OutboxWorker:
                 log.warning("outbox patch dropped", target=patch.name, error=str(err))
                 self.entries["refused"] += len(group)
                 return True
-            delay = min(BACKOFF_START_S * 2 ** max(entry.attempts for entry in group), BACKOFF_MAX_S)
+            delay = OUTBOX_RETRY.delay(1 + max(entry.attempts for entry in group))
             for entry in group:
                 self.ledger.retry_later(entry.id, str(err), delay)
             self.entries["retried"] += len(group)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.server import PluginServer, socket_identity
 from deviceplugin.supervisor import Supervisor
@@ -22,8 +23,9 @@ from deviceplugin.worker import Worker
 log = get_log(__name__)
 
 POLL_S = 0.1
-BACKOFF_START_S = 0.2
-BACKOFF_MAX_S = 10.0
+# Between failed serves or registrations: an absent or broken kubelet is not hammered, and one
+# that comes back is registered with within seconds.
+REGISTRATION_RETRY = Backoff(start_s=0.2, max_s=10.0)
 
 
 class Registrar:
@@ -39,7 +41,7 @@ class Registrar:
         self.on_registered = on_registered  # after every successful (re-)registration
         self._registered_with: tuple[int, int] | None = None
         self._worker = Worker("registrar", self._run, supervisor=supervisor)
-        self._backoff = BACKOFF_START_S
+        self._retries = Retries(REGISTRATION_RETRY)
         self._waiting_logged = False
         self.registrations: Counter[str] = Counter()  # successful Register calls per resource
 
@@ -67,8 +69,8 @@ class Registrar:
 
     def _retry_later(self, what: str, err: Exception) -> float:
         detail = err.details() if isinstance(err, grpc.RpcError) else str(err)
-        log.warning(f"{what} failed", error=detail or type(err).__name__, retry_s=self._backoff)
-        delay, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX_S)
+        delay = self._retries.failed()
+        log.warning(f"{what} failed", error=detail or type(err).__name__, retry_s=delay)
         return delay
 
     def step(self) -> float:
@@ -98,7 +100,7 @@ class Registrar:
         except grpc.RpcError as err:
             return self._retry_later("registration", err)
         self._registered_with = kubelet
-        self._backoff = BACKOFF_START_S
+        self._retries.succeeded()
         self._waiting_logged = False
         if self.on_registered is not None:
             self.on_registered()

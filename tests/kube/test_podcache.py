@@ -7,10 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from deviceplugin.backoff import Backoff
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
 from deviceplugin.kube.podcache import ListWatchCache, PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.supervisor import Backoff, Supervisor
+from deviceplugin.supervisor import Supervisor
 from tests.kube.objects import node_object, pod_object
 from tests.kube.waiting import wait_for
 
@@ -164,7 +165,7 @@ def test_an_unexpected_failure_of_the_loop_is_a_supervised_crash_and_it_lists_ag
 
     apiserver.create("nodes", node_object("node-a"))
     apiserver.create("pods", pod_object("early", "node-a"))
-    supervisor = Supervisor(Backoff(start_s=0.001))
+    supervisor = Supervisor(Backoff(start_s=0.001, max_s=0.001))
     pods = ListWatchCache(
         "pod", lister, lambda version, s: kube.watch_pods(selector, version, s), supervisor=supervisor
     )
