@@ -53,6 +53,13 @@ from deviceplugin.fit.model import (
     VgpuConfig,
 )
 from deviceplugin.fit.quantity import parse_quantity
+from deviceplugin.fit.strategy import (
+    STRATEGY_RESOURCES,
+    labelled_strategy,
+    node_strategy,
+    pod_strategy,
+    published_strategy,
+)
 from deviceplugin.fit.usage import (
     add_gpushare_pod,
     add_vgpu_pod,
@@ -66,6 +73,7 @@ from deviceplugin.fit.vgpu import fit_vgpu, gpu_score, has_vgpu_request, node_sc
 
 __all__ = [
     "GPUSHARE_BIND_KEYS",
+    "STRATEGY_RESOURCES",
     "VGPU_BIND_KEYS",
     "AnnotationError",
     "Assigned",
@@ -103,7 +111,9 @@ __all__ = [
     "gpushare_cards",
     "has_vgpu_request",
     "holds_gpus",
+    "labelled_strategy",
     "node_score",
+    "node_strategy",
     "parse_gpu_index",
     "parse_quantity",
     "parse_unhealthy_ids",
@@ -111,6 +121,8 @@ __all__ = [
     "physical_uuid",
     "pod_gpu_memory",
     "pod_gpu_number",
+    "pod_strategy",
+    "published_strategy",
     "remove_gpushare_pod",
     "remove_vgpu_pod",
     "type_allowed",

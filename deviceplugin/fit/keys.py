@@ -12,6 +12,9 @@ from typing import Literal
 Strategy = Literal["share", "number", "vgpu"]
 STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
 
+# Node label: the strategy the node's device plugin runs (this project's daemon publishes it).
+GPU_STRATEGY_LABEL = "volcano.sh/gpu-strategy"
+
 # gpushare (volcano.sh/gpu-memory, volcano.sh/gpu-number)
 GPU_MEMORY = "volcano.sh/gpu-memory"
 GPU_NUMBER = "volcano.sh/gpu-number"

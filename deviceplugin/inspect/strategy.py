@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from deviceplugin.fit import keys, objects
+from deviceplugin.fit import keys, node_strategy, objects
 from deviceplugin.inspect.model import Strategy
 
 
 def detect_strategy(node: objects.Obj) -> Strategy:
-    """vgpu: the registration annotation or a vGPU resource; share: `gpu-memory` capacity (with the
-    `gpu-number` card count the plugin patches); number: `gpu-number` capacity alone; else none."""
-    capacity = objects.status_resources(node, "capacity")
-    if keys.NODE_VGPU_REGISTER in objects.annotations_of(node) or keys.VGPU_NUMBER in capacity:
-        return "vgpu"
-    if keys.GPU_MEMORY in capacity:
-        return "share"
-    if keys.GPU_NUMBER in capacity:
-        return "number"
-    return "none"
+    """The node's `volcano.sh/gpu-strategy` label, else what its plugin publishes (vgpu: the
+    registration annotation or a vGPU resource; share: `gpu-memory`, with the `gpu-number` card
+    count the plugin patches; number: `gpu-number` alone); none without GPU resources."""
+    return node_strategy(node) or "none"
 
 
 def memory_factor(node: objects.Obj) -> tuple[int, str | None]:
