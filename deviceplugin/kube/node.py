@@ -35,14 +35,20 @@ RESYNC_S = 30.0
 
 @dataclass(frozen=True)
 class NodeState:
-    """Annotations (None: remove the key) and status resources (set in capacity and allocatable)."""
+    """Annotations (None: remove the key), labels and status resources (set in capacity and
+    allocatable)."""
 
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     resources: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def annotation_patch(self, node: Obj) -> dict[str, str | None]:
         current = node.get("metadata", {}).get("annotations") or {}
         return {k: v for k, v in self.annotations.items() if current.get(k) != v}
+
+    def label_patch(self, node: Obj) -> dict[str, str]:
+        current = node.get("metadata", {}).get("labels") or {}
+        return {k: v for k, v in self.labels.items() if current.get(k) != v}
 
     def status_patch(self, node: Obj) -> dict[str, dict[str, str]]:
         status = node.get("status", {})
@@ -53,7 +59,7 @@ class NodeState:
         return {section: values for section, values in stale.items() if values}
 
     def differs(self, node: Obj) -> bool:
-        return bool(self.annotation_patch(node) or self.status_patch(node))
+        return bool(self.annotation_patch(node) or self.label_patch(node) or self.status_patch(node))
 
 
 def _name(node: Obj) -> str:
@@ -158,20 +164,24 @@ class NodePublisher:
         """Write to the node whatever of `state` it does not hold."""
         # Keys this daemon had published that are now wrong were changed by someone else.
         foreign = self._published == state
-        annotations = state.annotation_patch(node)
-        if annotations:
-            if foreign:
-                current = node.get("metadata", {}).get("annotations") or {}
-                log.warning(
-                    "node annotations changed by someone else, restoring",
-                    node=self.node_name,
-                    **{k: current.get(k, "(absent)") for k in annotations},
-                )
-            self.kube.patch_node(self.node_name, {"metadata": {"annotations": annotations}})
+        annotations, labels = state.annotation_patch(node), state.label_patch(node)
+        if foreign:
+            metadata = node.get("metadata", {})
+            for kind, changes in (("annotations", annotations), ("labels", labels)):
+                if changes:
+                    current = metadata.get(kind) or {}
+                    log.warning(
+                        f"node {kind} changed by someone else, restoring",
+                        node=self.node_name,
+                        **{k: current.get(k, "(absent)") for k in changes},
+                    )
+        if annotations or labels:
+            written = {"annotations": annotations, "labels": labels}
+            self.kube.patch_node(self.node_name, {"metadata": {k: v for k, v in written.items() if v}})
             log.info(
-                "node annotations written",
+                "node metadata written",
                 node=self.node_name,
-                **{k: v or "(removed)" for k, v in annotations.items()},
+                **{k: v or "(removed)" for k, v in {**annotations, **labels}.items()},
             )
         status = state.status_patch(node)
         if status:

@@ -16,7 +16,9 @@ from deviceplugin.plugin.devices import RESOURCES, Layout
 def wanted_node_state(
     strategy: Strategy, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout
 ) -> NodeState:
-    """share: node status `volcano.sh/gpu-number` = GPU count, so Volcano can derive memory per card.
+    """Every strategy: label `volcano.sh/gpu-strategy` = the strategy, so schedulers (the extender,
+    kube-scheduler node affinity) offer a node only the pods its resources serve.
+    share: node status `volcano.sh/gpu-number` = GPU count, so Volcano can derive memory per card.
     share and number: `volcano.sh/gpu-unhealthy-ids` lists unhealthy GPU indices (absent when none).
     vgpu: `volcano.sh/node-vgpu-register` describes every GPU, health included.
     Strategies advertising memory units: `volcano.sh/gpu-memory-factor` = MiB per unit."""
@@ -31,7 +33,7 @@ def wanted_node_state(
         annotations[keys.GPU_MEMORY_FACTOR] = str(layout.factor)
     if strategy == "share":
         resources[keys.GPU_NUMBER] = str(len(gpus))
-    return NodeState(annotations=annotations, resources=resources)
+    return NodeState(annotations=annotations, resources=resources, labels={keys.GPU_STRATEGY_LABEL: strategy})
 
 
 def vgpu_register(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> str:

@@ -79,6 +79,11 @@ def notes(obj: Doc) -> dict[str, str]:
     return annotations
 
 
+def labels(obj: Doc) -> dict[str, str]:
+    found: dict[str, str] = obj["metadata"].setdefault("labels", {})
+    return found
+
+
 def node_update(change: Callable[[Doc], Any], name: str = ME, who: str | None = ME, sub: str = "") -> Request:
     old = node(name)
     return daemon_request(who, "UPDATE", "nodes", changed(old, change), old, sub)
@@ -194,9 +199,53 @@ CASES: list[tuple[str, Request, str | None]] = [
         "only volcano.sh/ annotations",
     ),
     (
-        "daemon labels its node",
-        node_update(lambda n: n["metadata"]["labels"].update({"gpu": "true"})),
-        "labels",
+        "daemon labels its node volcano.sh/gpu-strategy=share",
+        node_update(lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "share"})),
+        None,
+    ),
+    (
+        "daemon restores its strategy label someone changed",
+        Request(
+            DAEMON_USER,
+            "UPDATE",
+            "nodes",
+            changed(node(), lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "vgpu"})),
+            changed(node(), lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "number"})),
+            extra={"authentication.kubernetes.io/node-name": [ME]},
+        ),
+        None,
+    ),
+    (
+        "daemon labels its node with another label",
+        node_update(lambda n: labels(n).update({"gpu": "true"})),
+        "no label but its node's volcano.sh/gpu-strategy",
+    ),
+    (
+        "daemon labels its node with a look-alike key (volcano.sh/gpu-strategy2)",
+        node_update(lambda n: labels(n).update({"volcano.sh/gpu-strategy2": "share"})),
+        "no label but its node's volcano.sh/gpu-strategy",
+    ),
+    (
+        "daemon sets its strategy label to no strategy",
+        node_update(lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "all"})),
+        "set to share, number or vgpu",
+    ),
+    (
+        "daemon removes its node's strategy label",
+        Request(
+            DAEMON_USER,
+            "UPDATE",
+            "nodes",
+            node(),
+            changed(node(), lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "share"})),
+            extra={"authentication.kubernetes.io/node-name": [ME]},
+        ),
+        "no label but its node's volcano.sh/gpu-strategy",
+    ),
+    (
+        "daemon changes a label outside volcano.sh/ (kubernetes.io/hostname)",
+        node_update(lambda n: labels(n).update({"kubernetes.io/hostname": "x"})),
+        "no label but its node's volcano.sh/gpu-strategy",
     ),
     (
         "daemon taints its node",
@@ -274,8 +323,18 @@ CASES: list[tuple[str, Request, str | None]] = [
     ),
     (
         "daemon relabels a pod",
-        pod_update(lambda p: p["metadata"]["labels"].update({"app": "other"})),
-        "labels",
+        pod_update(lambda p: labels(p).update({"app": "other"})),
+        "no label but its node's volcano.sh/gpu-strategy",
+    ),
+    (
+        "daemon puts the strategy label on a pod",
+        pod_update(lambda p: labels(p).update({keys.GPU_STRATEGY_LABEL: "share"})),
+        "no label but its node's volcano.sh/gpu-strategy",
+    ),
+    (
+        "daemon labels another node with a strategy",
+        node_update(lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "share"}), name=OTHER),
+        "only the node it runs on",
     ),
     (
         "daemon writes a pod annotation outside volcano.sh/",

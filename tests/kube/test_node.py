@@ -25,7 +25,6 @@ NODE_PATH = "/api/v1/nodes/node-a"
 NODE_LIST = "fieldSelector=metadata.name"  # the watch's list and watch requests, not the reads
 
 
-
 @pytest.fixture
 def health() -> HealthState:
     return HealthState(tuple(g.uuid for g in GPUS))
@@ -202,6 +201,7 @@ def test_survives_conflicts_and_outages(
 def test_existing_values_are_not_rewritten(apiserver: ApiServerEmulator, start: Start) -> None:
     ready = node_object("node-a")
     ready["metadata"]["annotations"] = {"volcano.sh/gpu-memory-factor": "4"}
+    ready["metadata"]["labels"] = {"volcano.sh/gpu-strategy": "share"}
     apiserver.create("nodes", ready)
     resources = {"volcano.sh/gpu-number": "3"}
     apiserver.patch(
@@ -219,9 +219,13 @@ def test_existing_values_are_not_rewritten(apiserver: ApiServerEmulator, start: 
             NodeState(
                 {"volcano.sh/gpu-unhealthy-ids": "2", "volcano.sh/gpu-memory-factor": "4"},
                 {"volcano.sh/gpu-number": "3"},
+                {"volcano.sh/gpu-strategy": "share"},
             ),
         ),
-        ("number", NodeState({"volcano.sh/gpu-unhealthy-ids": "2"}, {})),
+        (
+            "number",
+            NodeState({"volcano.sh/gpu-unhealthy-ids": "2"}, {}, {"volcano.sh/gpu-strategy": "number"}),
+        ),
         (
             "vgpu",
             NodeState(
@@ -232,6 +236,7 @@ def test_existing_values_are_not_rewritten(apiserver: ApiServerEmulator, start: 
                     "volcano.sh/gpu-memory-factor": "4",
                 },
                 {},
+                {"volcano.sh/gpu-strategy": "vgpu"},
             ),
         ),
     ],
