@@ -4,8 +4,8 @@ Fed by the node and pod caches' listeners, one event at a time, so a scheduling 
 ready-made GPU states instead of rebuilding them:
 
 - a node event rebuilds that node's GPUs only when what the plugin publishes about them changed
-  (capacity, allocatable, the registration / health / memory-factor annotations), then books its
-  pods again; heartbeats that change nothing else cost a comparison;
+  (capacity, allocatable, the registration / health / memory-factor annotations, the strategy
+  label), then books its pods again; heartbeats that change nothing else cost a comparison;
 - a pod event books or unbooks that one pod (`fit.add_*_pod` / `fit.remove_*_pod`).
 
 Every `NodeView` has its own lock; a fit, a bind's fit-and-assume and every cache update of that
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deviceplugin.fit import (
+    STRATEGY_RESOURCES,
     Compat,
     GpuState,
     VgpuConfig,
@@ -33,14 +34,17 @@ from deviceplugin.fit import (
     add_vgpu_pod,
     gpushare_cards,
     holds_gpus,
+    labelled_strategy,
+    published_strategy,
     remove_gpushare_pod,
     remove_vgpu_pod,
     vgpu_gpus,
 )
 from deviceplugin.fit import keys as fitkeys
 from deviceplugin.fit.bounds import parse_decimal
-from deviceplugin.fit.errors import AnnotationError
+from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
 
@@ -82,6 +86,28 @@ def _signature(node: Obj) -> tuple[object, ...]:
         tuple(capacity.get(key) for key in _CAPACITY_KEYS),
         tuple(allocatable.get(key) for key in _ALLOCATABLE_KEYS),
         tuple(notes.get(key) for key in _ANNOTATION_KEYS),
+        _section(node, "metadata", "labels").get(fitkeys.GPU_STRATEGY_LABEL),
+    )
+
+
+def other_strategy(node: Obj, strategy: Strategy) -> str:
+    """Why a node running another GPU strategy cannot serve `strategy`'s resources, or "": its
+    label `volcano.sh/gpu-strategy`, else what it publishes (fit.strategy). A node with no GPU
+    resource at all is left to the fit, which says it has no GPUs."""
+    name = node_name(node)
+    try:
+        labelled = labelled_strategy(node)
+    except FitInputError as err:
+        return f"node {name}: {err}"
+    runs = labelled or published_strategy(node)
+    if runs is None or runs == strategy:
+        return ""
+    source = (
+        f"label {fitkeys.GPU_STRATEGY_LABEL}" if labelled else "from what it publishes: no strategy label"
+    )
+    return (
+        f"node {name} runs the {runs} GPU strategy ({source}), "
+        f"which does not serve {', '.join(STRATEGY_RESOURCES[strategy])}"
     )
 
 
@@ -110,6 +136,7 @@ class NodeView:
     gpus: list[GpuState] = field(default_factory=list)
     config: VgpuConfig = field(default_factory=VgpuConfig)
     error: str = ""  # why the node's GPUs could not be read ("" when they could)
+    other_strategy: str = ""  # why the node runs a strategy other than the extender's ("" when not)
     pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
     assumed: set[str] = field(default_factory=set)  # booked by a bind, not yet seen bound by the watch
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
@@ -191,6 +218,7 @@ class Inventory:
         with view.lock:
             if kind == "DELETED":
                 view.known, view.signature, view.gpus, view.error = False, None, [], ""
+                view.other_strategy = ""
                 view.generation += 1
                 return
             view.known = True
@@ -201,6 +229,9 @@ class Inventory:
             self._rebuild(view, node)
 
     def _rebuild(self, view: NodeView, node: Obj) -> None:
+        # Volcano places pods by capacity alone (and so a gpu-number pod on a share-mode node).
+        volcano = is_volcano_compat(self.compat)
+        view.other_strategy = "" if volcano else other_strategy(node, self.devices.strategy)
         try:
             config = VgpuConfig(memory_factor=memory_factor(node))
             gpus = self.devices.build(node, config)

@@ -40,8 +40,10 @@ from deviceplugin.fit import (
     parse_vgpu_requests,
     pod_gpu_memory,
     pod_gpu_number,
+    pod_strategy,
     vgpu_bind_annotations,
 )
+from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.kube.api import ApiError, Obj
 from deviceplugin.logs import get_log
 
@@ -100,8 +102,11 @@ class ExtenderService:
     # --- pod requests and fits ----------------------------------------------------------------
 
     def request_of(self, pod: Obj) -> PodRequest:
-        """Raises FitInputError when the pod's request cannot be served as written."""
+        """Raises FitInputError when the pod's request cannot be served as written (by default also
+        when it mixes two strategies' resources, which Volcano does not check)."""
         strategy, compat = self.config.strategy, self.config.compat
+        if not is_volcano_compat(compat):
+            pod_strategy(pod)
         if strategy == "vgpu":
             requests = tuple(parse_vgpu_requests(pod, compat=compat))
             return PodRequest(bool(requests), requests)
@@ -122,6 +127,8 @@ class ExtenderService:
         """Why a node cannot take any pod of this strategy, or "" when it can be fitted."""
         if view is None or not view.known:
             return f"node {name} is not in the extender's node cache"
+        if view.other_strategy:
+            return view.other_strategy
         if view.error:
             return view.error
         if not view.gpus:
@@ -317,7 +324,6 @@ class ExtenderService:
         if view is not None:
             with view.lock:
                 self.inventory.forget(view, pod_uid(pod))
-
 
 
 def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:
