@@ -4,6 +4,7 @@ a real ledger on disk, an outbox worker (not started) and the allocator of one s
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,13 @@ def envs(response: pb.ContainerAllocateResponse) -> dict[str, str]:
     return dict(response.envs)
 
 
-def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeout_s: float = 1.0) -> Rig:
+def make_rig(
+    tmp_path: Path,
+    apiserver: ApiServerEmulator,
+    strategy: str,
+    timeout_s: float = 1.0,
+    gpus: Sequence[GpuInfo] = GPUS,
+) -> Rig:
     apiserver.create("namespaces", {"metadata": {"name": "ml"}})
     apiserver.create("nodes", {"metadata": {"name": NODE}})
     kube = Kube(load_client(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
@@ -109,8 +116,8 @@ def make_rig(tmp_path: Path, apiserver: ApiServerEmulator, strategy: str, timeou
     ledger = Ledger(tmp_path / "ledger.db")
     events = EventRecorder(kube, NODE)
     events.start()
-    health = HealthState(tuple(g.uuid for g in GPUS))
-    devices = DeviceList(RESOURCES[strategy][0], GPUS, Layout(split_count=4))  # type: ignore[index]
+    health = HealthState(tuple(g.uuid for g in gpus))
+    devices = DeviceList(RESOURCES[strategy][0], tuple(gpus), Layout(split_count=4))  # type: ignore[index]
     outbox = OutboxWorker(ledger, kube, pods)
     options: dict[str, Any] = {"node_name": NODE, "timeout_s": timeout_s, "on_outbox": outbox.wake}
     allocator: PodAllocator[Any]

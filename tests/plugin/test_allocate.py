@@ -12,6 +12,7 @@ import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import objects
+from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.plugin.rig import GPUS, MEM, NODE, NUM, WAIT_S, Rig, close_rig, envs, fails, ids, make_rig
@@ -221,6 +222,25 @@ def test_number_mode_gives_each_container_its_slice(number: Rig) -> None:
     assert envs(second) == number_envs("GPU-000,GPU-111", 2)
 
 
+def test_number_mode_two_containers_of_two_gpus_each_get_their_own_pair(
+    tmp_path: Path, apiserver: ApiServerEmulator
+) -> None:
+    """The second app container's GPUs start after all of the first one's, not after one of them:
+    each container of 2 sees the 2 gpu-index entries that are its own, and the 4 GPUs are held once."""
+    four = (*GPUS, GpuInfo(index=3, uuid="GPU-333", model="Fake GPU", memory_mib=GPUS[0].memory_mib))
+    rig = make_rig(tmp_path, apiserver, "number", gpus=four)
+    try:
+        rig.pod("pairs", [("a", 2), ("b", 2)], gpu_index="3,1,0,2", resource=NUM)
+        first = rig.allocator.allocate(["GPU-333", "GPU-111"])
+        second = rig.allocator.allocate(["GPU-000", "GPU-222"])
+        assert envs(first) == number_envs("GPU-333,GPU-111", 2)
+        assert envs(second) == number_envs("GPU-000,GPU-222", 2)
+        assert [(u.index, u.pods) for u in rig.ledger.usage_by_gpu()] == [(0, 1), (1, 1), (2, 1), (3, 1)]
+        assert rig.allocator.stats.mismatches[NUM] == 0  # kubelet's IDs were the scheduler's GPUs
+    finally:
+        close_rig(rig)
+
+
 def test_number_mode_without_gpu_index_uses_kubelets_gpus(number: Rig) -> None:
     number.pod("default-scheduled", [("a", 2)], gpu_index=None, predicate_time=None, resource=NUM)
     response = number.allocator.allocate(["GPU-111", "GPU-222"])
@@ -244,6 +264,16 @@ def test_preferred_number_mode(number: Rig) -> None:
         available_deviceIDs=["GPU-000", "GPU-111", "GPU-222"], allocation_size=2
     )
     assert sorted(number.allocator.preferred(request)) == ["GPU-111", "GPU-222"]
+
+
+def test_a_share_request_of_exactly_the_cards_memory_is_served(share: Rig) -> None:
+    """Volcano places a gpu-memory pod on a card whose free memory is at least the request, so a
+    request of the whole card (10989 MiB of 10989) is placed, and must be served, not refused."""
+    share.pod("whole", [("c", GPUS[1].memory_mib)], gpu_index="1")
+    response = share.allocator.allocate(ids(1, 0, GPUS[1].memory_mib))
+    assert envs(response)["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
+    assert envs(response)["VOLCANO_GPU_ALLOCATED"] == "10989"
+    assert [(u.index, u.memory) for u in share.ledger.usage_by_gpu()] == [(1, 10989)]
 
 
 def test_mismatched_ids_are_served_as_scheduled_and_reported(share: Rig) -> None:

@@ -155,6 +155,23 @@ def test_a_container_with_two_vgpus(vgpu: Rig) -> None:
     ]
 
 
+def test_kubelet_ids_on_some_of_the_scheduled_gpus_are_no_mismatch(vgpu: Rig) -> None:
+    """vgpu-number IDs are slots kubelet counts, not the GPUs a container gets: a 2-GPU container's
+    two IDs may sit on one of its GPUs (GetPreferredAllocation picks them so). That is no mismatch:
+    no GpuIdsMismatch Event or count; IDs on a GPU the scheduler did not choose are one."""
+    vpod(vgpu, "wide", [("cuda", [("GPU-000", 1000, 0), ("GPU-222", 1000, 0)])], vgpu_time=1)
+    vpod(vgpu, "elsewhere", [("cuda", [("GPU-000", 1000, 0)])], vgpu_time=2)
+    wide = envs(vgpu.allocator.allocate(["GPU-000-0", "GPU-000-1"]))
+    assert wide["NVIDIA_VISIBLE_DEVICES"] == "GPU-000,GPU-222"
+    assert vgpu.allocator.stats.mismatches[NUMBER] == 0
+    elsewhere = envs(vgpu.allocator.allocate(["GPU-111-0"]))  # the control: a GPU it was not given
+    assert elsewhere["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+    assert vgpu.allocator.stats.mismatches[NUMBER] == 1
+    assert [e["reason"] for e in vgpu.events_about("elsewhere")] == ["GpuIdsMismatch"]
+    # Events are posted in order: once the control's is in, one about "wide" would be too.
+    assert [e["involvedObject"]["name"] for e in vgpu.apiserver.list("events", "ml")] == ["elsewhere"]
+
+
 def test_two_gpu_containers_after_a_cpu_container_each_get_their_own_slot(vgpu: Rig) -> None:
     vpod(
         vgpu,
