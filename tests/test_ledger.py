@@ -94,6 +94,26 @@ def test_released_container_can_be_served_again(ledger: Ledger) -> None:
     assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-9"]) == fresh
 
 
+def test_release_then_the_uid_served_again_then_release_again(tmp_path: Path) -> None:
+    """The second release takes the rows served since the first, and only them: the first
+    incarnation's other container keeps its release time, so it is purged on its own schedule."""
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now[0])
+    ledger.record(allocation("u", "main", ids=("0-1",)))
+    ledger.record(allocation("u", "side", ids=("0-2",)))
+    assert ledger.release_pod("u", "pod deleted") == 2
+    now[0] += 100
+    again = ledger.record(allocation("u", "main", ids=("0-3",)))
+    assert ledger.served() == {("u", "main", "volcano.sh/gpu-memory")}
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-3"]) == again
+    now[0] += 100
+    assert ledger.release_pod("u", "pod deleted again") == 1
+    assert ledger.served() == frozenset() and ledger.active() == [] and ledger.usage_by_gpu() == []
+    assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-3"]) is None
+    assert ledger.purge(retention_s=150) == 1  # "side", released 200 s ago; "main" 0 s ago stays
+    assert ledger.release_pod("u", "a third time") == 0
+
+
 def test_reassign_swaps_two_rows_with_their_patches_atomically(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
     a = ledger.record(allocation("a", ids=("0-1",), memory=1024))

@@ -80,7 +80,9 @@ class Releaser:
         self.grace_s = grace_s
         self.clock = clock
         self.on_released = on_released  # a pod's rows were released: free what it held on the host
-        self._absent_since: dict[tuple[str, str, str], float] = {}
+        # Per row incarnation (its key and when it was recorded): a row recorded again after a
+        # release, or for a pod recreated under the same name, waits a grace period of its own.
+        self._absent_since: dict[tuple[str, str, str, float], float] = {}
         self._warned = False
         # Kubelet's `List` answered since start; False: asked and never answered (no socket
         # mounted), so there is no check to leave a release to; None: not asked yet.
@@ -157,7 +159,7 @@ class Releaser:
         now = self.clock()
         live = set()
         for allocation in self.ledger.active():
-            key = (allocation.namespace, allocation.pod_name, allocation.container)
+            key = (allocation.pod_uid, allocation.container, allocation.resource, allocation.allocated_at)
             live.add(key)
             pod = self.pods.get(allocation.pod_uid) if self.pods is not None else None
             if held(allocation, listing) or (pod is not None and not listable(pod, allocation.container)):

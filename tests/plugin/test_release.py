@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.plugin.rig import WAIT_S, Rig, ids
+from tests.plugin.rig import WAIT_S, Rig, envs, ids
 
 
 def unconfirmed_row(share: Rig) -> str:
@@ -64,3 +64,35 @@ def test_without_list_unconfirmed_rows_do_not_pile_up(share: Rig, tmp_path: Path
     assert share.allocator.unverified() == {
         (row.pod_uid, "cuda", row.resource) for row in share.ledger.active()
     }
+
+
+def test_a_container_served_again_after_its_release_gets_a_whole_grace_period(
+    share: Rig, tmp_path: Path
+) -> None:
+    """Release -> the same pod's container served again (its UID reused) -> release again: the new
+    row is released only after kubelet has not shown it for a whole grace period of its own, not
+    at once because the first row was absent that long."""
+    now = [0.0]
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as kubelet:
+        assert kubelet.pod_resources_socket is not None
+        loop = Releaser(share.ledger, share.pods, kubelet.pod_resources_socket, interval_s=60, grace_s=30)
+        loop.clock = lambda: now[0]
+        share.pod("again", [("cuda", 100)], gpu_index="0")
+        first = share.allocator.allocate(ids(0, 0, 100))
+        loop.check_with_kubelet()  # kubelet lists no such container: absent from now on
+        now[0] = 30.0
+        loop.check_with_kubelet()
+        assert share.ledger.active() == []
+        second = share.allocator.allocate(ids(0, 100, 100))  # served again: the row's key is back
+        (row,) = share.ledger.active()
+        assert (row.pod_name, row.device_ids) == ("again", tuple(ids(0, 100, 100)))
+        assert envs(second) == envs(first)
+        now[0] = 31.0
+        loop.check_with_kubelet()
+        assert [r.device_ids for r in share.ledger.active()] == [tuple(ids(0, 100, 100))]
+        now[0] = 60.0
+        loop.check_with_kubelet()
+        assert share.ledger.active() != []
+        now[0] = 61.0
+        loop.check_with_kubelet()
+        assert share.ledger.active() == []
