@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from deviceplugin.fit import keys
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Kube
 from deviceplugin.plugin.devices import RESOURCES
 from deviceplugin.sim.apiserver import ApiServerEmulator
@@ -25,7 +27,7 @@ from tests.daemons import Daemon, eventually
 from tests.extender.conftest import StartExtender, create_pod, gpu_pod, share_node, vgpu_node
 
 SHARE, NUMBER, VGPU = "gpu-share-1", "gpu-number-1", "gpu-vgpu-1"
-STRATEGIES = {SHARE: "share", NUMBER: "number", VGPU: "vgpu"}
+STRATEGIES: dict[str, Strategy] = {SHARE: "share", NUMBER: "number", VGPU: "vgpu"}
 
 
 @dataclass
@@ -76,8 +78,8 @@ def published(apiserver: ApiServerEmulator, name: str) -> bool:
 def cluster(apiserver: ApiServerEmulator, kube: Kube, workdir: Path) -> Iterator[dict[str, GpuNode]]:
     with ExitStack() as stack:
         nodes = {name: stack.enter_context(gpu_node(apiserver, kube, workdir, name)) for name in STRATEGIES}
-        for node in nodes.values():
-            eventually(lambda node=node: published(apiserver, node.name), node.daemon)  # type: ignore[misc]
+        for name, node in nodes.items():
+            eventually(partial(published, apiserver, name), node.daemon)
         yield nodes
 
 
