@@ -252,7 +252,7 @@ class Kube:
 
 class WatchStream:
     """Watch events (`{"type", "object"}` dicts) from an open response. `close()` may be called
-    from another thread to end a blocked read at once."""
+    from another thread to end a blocked read at once: the iteration then just ends."""
 
     def __init__(self, response: Any) -> None:
         self._response = response
@@ -267,12 +267,15 @@ class WatchStream:
                 for line in lines:
                     if line.strip():
                         yield json.loads(line)
-        except _CLIENT_ERRORS as err:
-            raise _from_exception(err) from None
-        except AttributeError:
-            # http.client drops its file object when close() lands in the middle of a chunk read.
-            if not self._closed:
-                raise
+        except Exception as err:
+            if self._closed:
+                # close() tore the response down under this read. What the half-read response
+                # raises then depends on where the read was (a reset socket, or the file object
+                # http.client drops mid-chunk: AttributeError); either way the stream ended as asked.
+                return
+            if isinstance(err, _CLIENT_ERRORS):
+                raise _from_exception(err) from None
+            raise
 
     def close(self) -> None:
         self._closed = True
