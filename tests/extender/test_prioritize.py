@@ -9,6 +9,7 @@ from tests.extender.conftest import (
     Obj,
     StartExtender,
     create_pod,
+    eventually,
     gpu_pod,
     gpu_uuid,
     memory_pod,
@@ -91,3 +92,41 @@ def test_nodes_that_do_not_fit_score_zero(
     ext = start_extender(strategy="share", policy="spread")
     pod = create_pod(apiserver, memory_pod("new", 4000))
     assert ext.client.prioritize(pod, ["small", "unknown"]) == {"small": 0, "unknown": 0}
+
+
+def test_a_node_that_changed_since_filter_is_scored_as_it_is_now(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """Prioritize reuses filter's fits only for nodes unchanged since: a pod bound to one of them
+    in between makes it score as the fuller node it now is."""
+    apiserver.create("nodes", share_node("a", gpus=1, memory=16000))
+    apiserver.create("nodes", share_node("b", gpus=1, memory=16000))
+    ext = start_extender(strategy="share", policy="binpack")
+    pod = create_pod(apiserver, memory_pod("new", 4000))
+    assert ext.client.filter(pod, ["a", "b"])["NodeNames"] == ["a", "b"]
+    assert ext.client.prioritize(pod, ["a", "b"]) == {"a": 3, "b": 3}  # 4000/16000 each
+    create_pod(apiserver, memory_pod("tenant", 8000, node="a", annotations={"volcano.sh/gpu-index": "0"}))
+    # a: 12000/16000 after placement, once the extender has seen the tenant (a stale fit never is)
+    eventually(lambda: ext.client.prioritize(pod, ["a", "b"]) == {"a": 8, "b": 3})
+
+
+def test_a_two_gpu_vgpu_pod_scores_the_average_of_its_gpus(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """A 2-GPU pod's score is its GPUs' average, as for a 1-GPU pod: the sum would reach the cap of
+    10 on any node past half full and stop telling nodes apart."""
+    apiserver.create("nodes", vgpu_node("idle", gpus=2, memory=16000))
+    apiserver.create("nodes", vgpu_node("half", gpus=2, memory=16000))
+    apiserver.create("nodes", vgpu_node("full", gpus=2, memory=16000))
+    for node, used in (("half", 8000), ("full", 12000)):
+        both = "".join(f"{gpu_uuid(node, i)},NVIDIA,{used},0:" for i in range(2))
+        limits = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": str(used)}
+        notes = {"volcano.sh/vgpu-ids-new": both}
+        create_pod(apiserver, gpu_pod(f"tenant-{node}", limits, node=node, annotations=notes))
+    ext = start_extender(strategy="vgpu", policy="binpack")
+    limits = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "4000"}
+    pod = create_pod(apiserver, gpu_pod("new", limits))
+    nodes = ["idle", "half", "full"]
+    assert ext.client.filter(pod, nodes)["NodeNames"] == nodes
+    # binpack on each card after placement: 25, 75 and 100 per GPU, the same on both
+    assert ext.client.prioritize(pod, nodes) == {"idle": 3, "half": 8, "full": 10}

@@ -75,8 +75,8 @@ def test_a_container_served_again_after_its_release_gets_a_whole_grace_period(
     now = [0.0]
     with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as kubelet:
         assert kubelet.pod_resources_socket is not None
-        loop = Releaser(share.ledger, share.pods, kubelet.pod_resources_socket, interval_s=60, grace_s=30)
-        loop.clock = lambda: now[0]
+        socket = kubelet.pod_resources_socket
+        loop = Releaser(share.ledger, share.pods, socket, interval_s=60, grace_s=30, clock=lambda: now[0])
         share.pod("again", [("cuda", 100)], gpu_index="0")
         first = share.allocator.allocate(ids(0, 0, 100))
         loop.check_with_kubelet()  # kubelet lists no such container: absent from now on
