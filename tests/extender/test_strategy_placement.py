@@ -25,6 +25,7 @@ from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.sim.nodestatus import NodeStatusReporter
 from tests.daemons import Daemon, eventually
 from tests.extender.conftest import StartExtender, create_pod, gpu_pod, share_node, vgpu_node
+from tests.sim.kubectl import MISSING, cells, find_kubectl, kubectl_for
 
 SHARE, NUMBER, VGPU = "gpu-share-1", "gpu-number-1", "gpu-vgpu-1"
 STRATEGIES: dict[str, Strategy] = {SHARE: "share", NUMBER: "number", VGPU: "vgpu"}
@@ -171,6 +172,20 @@ def test_each_daemon_labels_its_node_with_its_strategy_and_keeps_the_label(
     )
     eventually(lambda: labels(apiserver, NUMBER)[keys.GPU_STRATEGY_LABEL] == "number", cluster[NUMBER].daemon)
     assert "node labels changed by someone else, restoring" in cluster[NUMBER].daemon.output()
+
+
+def test_kubectl_shows_and_selects_the_strategy_label(
+    apiserver: ApiServerEmulator, cluster: dict[str, GpuNode], workdir: Path
+) -> None:
+    binary = find_kubectl()
+    if binary is None:
+        pytest.skip(MISSING)
+    kubectl = kubectl_for(binary, apiserver.write_kubeconfig(workdir / "kubeconfig"), workdir)
+    rows = cells(kubectl("get", "nodes", "-L", keys.GPU_STRATEGY_LABEL).stdout)
+    assert rows[0][-1] == "GPU-STRATEGY"
+    assert {row[0]: row[-1] for row in rows[1:]} == STRATEGIES
+    selected = kubectl("get", "nodes", "-l", f"{keys.GPU_STRATEGY_LABEL}=number", "-o", "name").stdout
+    assert selected.split() == [f"node/{NUMBER}"]
 
 
 def test_volcano_compat_places_as_volcano_does_without_the_label(
