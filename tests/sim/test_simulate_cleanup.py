@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,25 @@ def tmpdir_of_simulate() -> Iterator[Path]:
         yield path
 
 
+@pytest.fixture
+def start_simulate(tmpdir_of_simulate: Path) -> Iterator[Callable[..., Simulate]]:
+    started: list[Simulate] = []
+
+    def start(*args: str) -> Simulate:
+        started.append(Simulate(tmpdir_of_simulate, *args))
+        return started[-1]
+
+    yield start
+    for run in started:  # one a failed test left running is stopped (it cleans up on SIGTERM)
+        if run.process.poll() is None:
+            run.process.terminate()
+            try:
+                run.process.wait(TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                run.process.kill()
+                run.process.wait()
+
+
 def assert_cleaned_up(directory: Path, tmpdir: Path) -> None:
     assert not directory.exists()
     assert directory.parent == tmpdir  # made where $TMPDIR says
@@ -104,11 +123,11 @@ def assert_cleaned_up(directory: Path, tmpdir: Path) -> None:
 
 @pytest.mark.parametrize(("pods", "status"), [(FITS, 0), (TOO_BIG, 1)], ids=["behaved", "did-not-behave"])
 def test_a_finished_run_leaves_nothing(
-    tmpdir_of_simulate: Path, tmp_path: Path, pods: str, status: int
+    start_simulate: Callable[..., Simulate], tmpdir_of_simulate: Path, tmp_path: Path, pods: str, status: int
 ) -> None:
     scenario = tmp_path / "pods.yaml"
     scenario.write_text(pods)
-    run = Simulate(tmpdir_of_simulate, "--scenario", str(scenario))
+    run = start_simulate("--scenario", str(scenario))
     directory = run.directory()
     code, err = run.finish()
     assert code == status, err
@@ -117,11 +136,11 @@ def test_a_finished_run_leaves_nothing(
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_stopping_a_kept_cluster_leaves_nothing(
-    tmpdir_of_simulate: Path, tmp_path: Path, stop: signal.Signals
+    start_simulate: Callable[..., Simulate], tmpdir_of_simulate: Path, tmp_path: Path, stop: signal.Signals
 ) -> None:
     scenario = tmp_path / "pods.yaml"
     scenario.write_text(FITS)
-    run = Simulate(tmpdir_of_simulate, "--scenario", str(scenario), "--keep-running")
+    run = start_simulate("--scenario", str(scenario), "--keep-running")
     directory = run.directory()
     run.wait_for_line("Ctrl-C stops it.")
     assert processes_under(directory) != []  # the cluster is up
@@ -131,8 +150,10 @@ def test_stopping_a_kept_cluster_leaves_nothing(
     assert_cleaned_up(directory, tmpdir_of_simulate)
 
 
-def test_sigterm_while_starting_stops_the_nodes_and_leaves_nothing(tmpdir_of_simulate: Path) -> None:
-    run = Simulate(tmpdir_of_simulate)
+def test_sigterm_while_starting_stops_the_nodes_and_leaves_nothing(
+    start_simulate: Callable[..., Simulate], tmpdir_of_simulate: Path
+) -> None:
+    run = start_simulate()
     directory = run.directory()
     run.process.send_signal(signal.SIGTERM)
     code, err = run.finish()
