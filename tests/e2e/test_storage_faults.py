@@ -128,11 +128,11 @@ def test_the_outbox_rides_out_a_full_state_dir_and_sends_each_patch_once(
     """A patch sent while the disk is full cannot be marked sent: it is not sent again, and the
     outbox goes on (it used to die there for good)."""
     daemon = share.launch(start, apiserver, kubelet, workdir)
-    refusing = apiserver.faults.error(503, method="PATCH", path="/pods/queued")
+    held = apiserver.faults.hang(method="PATCH", path="/pods/queued")
     share.admit(kubelet, share.make_pod(apiserver, "queued", 1024), daemon)
-    eventually(lambda: refusing.hits >= 1, daemon)  # its patch waits in the outbox
+    eventually(lambda: held.hits >= 1, daemon)  # the outbox's patch is on its way, held there
     disk.fill()
-    apiserver.faults.clear(refusing)
+    apiserver.faults.clear(held)  # the patch is applied; the outbox cannot write that down
     eventually(lambda: share.assigned(apiserver, "queued"), daemon)
     eventually(lambda: storage_errors(daemon, "disk-full") >= 1, daemon)  # marking it sent failed
     assert readiness(daemon)[0] == 503
