@@ -127,6 +127,29 @@ def test_unknown_pods_and_nodes_are_errors(
     assert "not known to the extender" in ext.client.bind(replaced, "n1")
 
 
+def test_a_pod_recreated_under_its_name_before_the_bind_is_not_bound_by_it(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """kube-scheduler binds the pod it filtered (by UID). If that pod was deleted and another made
+    under its name meanwhile, the Binding fails (the API server checks the UID) and books nothing:
+    the new pod stays pending, and its own bind later gets the whole card."""
+    apiserver.create("nodes", share_node("n1", gpus=1, memory=16000))
+    ext = start_extender(strategy="share")
+    old = create_pod(apiserver, memory_pod("job", 4000))
+    assert ext.client.filter(old, ["n1"])["NodeNames"] == ["n1"]
+    apiserver.delete("pods", "job", "default")
+    eventually(lambda: ext.extender.pods.get(pod_uid(old)) is None)
+    new = create_pod(apiserver, memory_pod("job", 16000))
+
+    error = ext.client.bind(old, "n1")
+
+    assert "binding pod default/job to node n1 failed" in error
+    assert f"UID in precondition: {pod_uid(old)}" in error
+    assert "nodeName" not in _stored(apiserver, "job")["spec"]
+    assert ext.client.bind(new, "n1") == ""  # nothing of the old pod's 4000 MiB is still booked
+    assert _stored(apiserver, "job")["metadata"]["annotations"]["volcano.sh/gpu-index"] == "0"
+
+
 def test_binding_an_already_bound_pod_is_an_error(
     apiserver: ApiServerEmulator, start_extender: StartExtender
 ) -> None:

@@ -448,9 +448,11 @@ def test_status_and_main_resource_change_separately(api: CoreApi) -> None:
     assert ignored.status.capacity["volcano.sh/gpu-memory"] == "81920"
 
 
-def _binding(name: str, node_name: str, annotations: dict[str, str]) -> client.V1Binding:
+def _binding(
+    name: str, node_name: str, annotations: dict[str, str], uid: str | None = None
+) -> client.V1Binding:
     return client.V1Binding(
-        metadata=client.V1ObjectMeta(name=name, annotations=annotations),
+        metadata=client.V1ObjectMeta(name=name, annotations=annotations, uid=uid),
         target=client.V1ObjectReference(kind="Node", api_version="v1", name=node_name),
     )
 
@@ -497,6 +499,25 @@ def test_binding_reply_is_a_status_like_the_real_servers(api: CoreApi) -> None:
     api.create_namespaced_pod("default", pod("web"))
     with pytest.raises(ValueError, match="target"):
         api.create_namespaced_pod_binding("web", "default", _binding("web", "gpu-1", {}))
+    assert api.read_namespaced_pod("web", "default").spec.node_name == "gpu-1"
+
+
+def test_a_bindings_uid_is_a_precondition(api: CoreApi) -> None:
+    """kube-scheduler's Binding carries the pod's UID: a pod deleted and made again under its name
+    is not bound by the Binding meant for the one before (Conflict), the right UID binds."""
+    old = api.create_namespaced_pod("default", pod("web"))
+    api.delete_namespaced_pod("web", "default")
+    new = api.create_namespaced_pod("default", pod("web"))
+    stale = _binding("web", "gpu-1", {"volcano.sh/gpu-index": "0"}, uid=old.metadata.uid)
+    with pytest.raises(client.ApiException) as raised:
+        api.create_namespaced_pod_binding("web", "default", stale, _preload_content=False)
+    status = status_of(raised.value)
+    assert (status["code"], status["reason"]) == (409, "Conflict")
+    why = f"UID in precondition: {old.metadata.uid}, UID in object meta: {new.metadata.uid}"
+    assert f"Precondition failed: {why}" in status["message"]
+    assert api.read_namespaced_pod("web", "default").spec.node_name is None
+    current = _binding("web", "gpu-1", {}, uid=new.metadata.uid)
+    api.create_namespaced_pod_binding("web", "default", current, _preload_content=False)
     assert api.read_namespaced_pod("web", "default").spec.node_name == "gpu-1"
 
 

@@ -285,7 +285,12 @@ class Api:
         annotations = dig(binding, "metadata", "annotations") or {}
         node = _binding_target(binding)
         self._store.bind(
-            namespace, name or bound_name, node, {str(k): str(v) for k, v in annotations.items()}
+            namespace,
+            name or bound_name,
+            node,
+            {str(k): str(v) for k, v in annotations.items()},
+            uid=dig(binding, "metadata", "uid") or None,
+            resource_version=dig(binding, "metadata", "resourceVersion") or None,
         )
         return Reply(201, _success(code=201))
 

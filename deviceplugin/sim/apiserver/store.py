@@ -236,7 +236,7 @@ class Store:
         """DELETE; returns the object's state after the call (terminating, or the last one stored)."""
         with self._lock:
             old = self.get(kind, namespace, name)
-            self._check_preconditions(kind, old, options)
+            self._check_preconditions(kind, old, options.uid, options.resource_version)
             if kind is NAMESPACES and name in _UNDELETABLE_NAMESPACES:
                 raise errors.forbidden(kind.plural, name, "this namespace may not be deleted")
             if dry_run:
@@ -260,10 +260,13 @@ class Store:
         """What kubelet does once a pod's containers are gone: delete it with grace period 0."""
         return self.delete(kind, namespace, name, DeleteOptions(grace_period_s=0))
 
-    def _check_preconditions(self, kind: Kind, obj: Obj, options: DeleteOptions) -> None:
+    def _check_preconditions(
+        self, kind: Kind, obj: Obj, uid: str | None, resource_version: str | None
+    ) -> None:
+        """A delete's or a Binding's preconditions: the object it meant, at the version it saw."""
         for label, wanted, actual in (
-            ("UID", options.uid, dig(obj, "metadata", "uid")),
-            ("ResourceVersion", options.resource_version, resource_version_of(obj)),
+            ("UID", uid, dig(obj, "metadata", "uid")),
+            ("ResourceVersion", resource_version, resource_version_of(obj)),
         ):
             if wanted is not None and wanted != actual:
                 why = f"Precondition failed: {label} in precondition: {wanted}, "
@@ -307,10 +310,22 @@ class Store:
 
     # ------------------------------------------------------------------ binding
 
-    def bind(self, namespace: str, name: str, node: str, annotations: dict[str, str]) -> Obj:
-        """Assign a pod to a node: nodeName, annotations and PodScheduled in one write."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        annotations: dict[str, str],
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Obj:
+        """Assign a pod to a node: nodeName, annotations and PodScheduled in one write. The Binding's
+        UID and resourceVersion, when given, are preconditions: a pod deleted and made again under
+        its name is not bound by a Binding meant for the one before."""
         with self._lock:
             old = self.get(PODS, namespace, name)
+            self._check_preconditions(PODS, old, uid, resource_version)
             why = ""
             if dig(old, "metadata", "deletionTimestamp"):
                 why = f"pod {name} is being deleted, cannot be assigned to a host"
