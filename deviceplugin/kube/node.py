@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import ApiError, Kube, Obj
 from deviceplugin.kube.podcache import ListWatchCache
@@ -28,8 +29,9 @@ from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
-BACKOFF_START_S = 0.2
-BACKOFF_MAX_S = 10.0
+# Between failed node writes: every daemon's publisher writes its own node, so a tight loop per
+# node would keep a recovering API server down.
+NODE_WRITE_RETRY = Backoff(start_s=0.2, max_s=10.0)
 RESYNC_S = 30.0
 
 
@@ -203,7 +205,7 @@ class NodePublisher:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        backoff = BACKOFF_START_S
+        retries = Retries(NODE_WRITE_RETRY)
         next_read = time.monotonic()
         while not self._worker.stopping.is_set():
             read = self._take() or time.monotonic() >= next_read
@@ -212,13 +214,13 @@ class NodePublisher:
             except ApiError as err:
                 self._published = None
                 self._counted()
-                log.warning("node update failed", node=self.node_name, error=str(err), retry_s=backoff)
+                delay = retries.failed()
+                log.warning("node update failed", node=self.node_name, error=str(err), retry_s=delay)
                 with self._cond:
                     self._read_due = True
-                self._worker.stopping.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                self._worker.stopping.wait(delay)
                 continue
-            backoff = BACKOFF_START_S
+            retries.succeeded()
             if read:
                 next_read = time.monotonic() + self.resync_s
             self._counted()
