@@ -102,6 +102,11 @@ class ApiServerEmulator:
         return int(self._httpd.server_address[1])
 
     @property
+    def dropped_connections(self) -> int:
+        """Connections their client reset mid-request (counted, not printed)."""
+        return 0 if self._httpd is None else self._httpd.dropped
+
+    @property
     def url(self) -> str:
         return f"http://{self._address[0]}:{self.port}"
 

@@ -8,6 +8,7 @@ import contextlib
 import json
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,16 @@ class HttpServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         self._closing = False
+        self.dropped = 0  # connections their client reset mid-request
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-request (kubectl interrupted, a watch cut) is not the server's error:
+        counted, not printed over the user's terminal; anything else keeps the traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+            with self._connections_lock:
+                self.dropped += 1
+            return
+        super().handle_error(request, client_address)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
