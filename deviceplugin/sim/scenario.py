@@ -16,6 +16,7 @@ Anything else is an error naming the document, as is a field no simulation can t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -187,8 +188,9 @@ def _plugin(reading: _Reading, plugin: object, where: str, shown: str) -> None:
                 raise ScenarioError(f"{at}: {value!r} must be a whole number")
             reading.weight = value
         else:
+            written = json.dumps(value) if isinstance(value, bool) else value  # as the YAML wrote it
             reading.not_simulated.append(
-                f"{shown}: deviceshare {key}: {value} (every strategy the simulated nodes run is scheduled)"
+                f"{shown}: {key}: {written} (every strategy the simulated nodes run is scheduled)"
             )
 
 
