@@ -1,20 +1,23 @@
-"""Command line: `deviceplugin run | simulate | extender | inspect | sim`."""
+"""Command line: `deviceplugin run | simulate | extender | inspect | sim`.
+
+A command's code (and its options, where they live with it) is imported only when that command is
+chosen: `deviceplugin --help` loads none of them, and the daemon never loads the emulators.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from deviceplugin import __version__, extender, inspect, runner
-from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig, OptionError
-from deviceplugin.plugin import daemon
-from deviceplugin.sim import simulate
-from deviceplugin.sim.apiserver import run_apiserver
-from deviceplugin.sim.kubelet import run_kubelet
+from deviceplugin import __version__
+
+if TYPE_CHECKING:  # argparse's class is generic to type checkers only
+    Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,10 +38,63 @@ class _Parser(argparse.ArgumentParser):
         return parsed, unknown
 
 
-def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+class _Filling:
+    """What a command module's `add_parser(sub)` is handed once its command is chosen, in place of
+    the sub-parsers collection: it returns the parser already listed under the command's name."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self._parser = parser
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        for key in ("description", "epilog", "formatter_class"):
+            if key in kwargs:
+                setattr(self._parser, key, kwargs[key])
+        return self._parser
+
+
+class _LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]  # argparse's own class
+    """Sub-commands listed by name and one line of help; a command's options are added (and its
+    module imported) only when argparse reaches that command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fillers: dict[str, Callable[[Commands], object]] = {}
+
+    def lazy(self, name: str, help: str, fill: Callable[[Commands], object]) -> None:
+        self.add_parser(name, help=help)
+        self.fillers[name] = fill
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        fill = self.fillers.pop(values[0], None)
+        if fill is not None:
+            fill(cast("Commands", _Filling(self.choices[values[0]])))
+        super().__call__(parser, namespace, values, option)
+
+
+# Commands whose options live with their code: name, the line `deviceplugin --help` shows, module
+# (which has `add_parser(sub)` and `main(args)`).
+_MODULES = (
+    (
+        "simulate",
+        "run the whole flow end to end on this machine and print the outcome",
+        "deviceplugin.sim.simulate",
+    ),
+    ("extender", "run the kube-scheduler extender", "deviceplugin.extender"),
+    ("inspect", "show GPU allocation per node", "deviceplugin.inspect"),
+)
+
+
+def _module_filler(module: str) -> Callable[[Commands], object]:
+    return lambda sub: importlib.import_module(module).add_parser(sub)
+
+
+def _add_run(sub: Commands) -> None:
+    from deviceplugin.config import CONFIG_OPTION, OPTIONS, DaemonConfig
+
     run = sub.add_parser(
         "run",
-        help="run the node daemon (kubelet device plugin)",
         description="Run the node daemon. Every option can also come from its environment variable or "
         "from the config file; a flag wins over the environment, which wins over the file.",
     )
@@ -50,7 +106,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         run.add_argument(*names, metavar="VALUE", help=f"{option.help} [env {option.env}{shown}]")
 
 
-def _add_sim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_sim(sub: Commands) -> None:
     sim = sub.add_parser("sim", help="run one emulator (kubelet, apiserver)")
     emulators = sim.add_subparsers(dest="emulator", metavar="EMULATOR", required=True)
     kubelet = emulators.add_parser("kubelet", help="kubelet's device-plugin registration, over real sockets")
@@ -67,15 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU-sharing device plugin for Kubernetes (Volcano-compatible).",
     )
     parser.add_argument("--version", action="version", version=f"deviceplugin {__version__}")
-    # Each command's module takes an ArgumentParser's sub-parsers; the parsers made are _Parsers.
+    # The parsers made are _Parsers (argparse makes sub-commands' parsers of their parent's class).
     sub = cast(
-        "argparse._SubParsersAction[argparse.ArgumentParser]",
-        parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
+        _LazyCommands,
+        parser.add_subparsers(action=_LazyCommands, dest="command", metavar="COMMAND", required=True),
     )
-    _add_run(sub)
-    simulate.add_parser(sub)
-    extender.add_parser(sub)
-    inspect.add_parser(sub)
+    sub.lazy("run", "run the node daemon (kubelet device plugin)", _add_run)
+    for name, help, module in _MODULES:
+        sub.lazy(name, help, _module_filler(module))
     _add_sim(sub)
     return parser
 
@@ -92,7 +147,12 @@ def _upstream_invocation(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_upstream_invocation(sys.argv[1:] if argv is None else argv))
     command: str = args.command
+    # Imported here, for the chosen command only (see the module's docstring).
     if command == "run":
+        from deviceplugin import runner
+        from deviceplugin.config import CONFIG_OPTION, OPTIONS, OptionError
+        from deviceplugin.plugin.daemon import EXIT_CONFIG
+
         flags = {
             option.name: getattr(args, option.name.replace("-", "_")) for option in (*OPTIONS, CONFIG_OPTION)
         }
@@ -100,15 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return runner.run(flags)
         except OptionError as err:
             print(f"deviceplugin run: {err}", file=sys.stderr)
-            return daemon.EXIT_CONFIG
-    if command == "simulate":
-        return simulate.main(args)
-    if command == "extender":
-        return extender.main(args)
-    if command == "inspect":
-        return inspect.main(args)
+            return EXIT_CONFIG
+    for name, _, module in _MODULES:
+        if command == name:
+            code: int = importlib.import_module(module).main(args)
+            return code
     if args.emulator == "apiserver":
+        from deviceplugin.sim.apiserver import run_apiserver
+
         return run_apiserver(args.port, args.kubeconfig_out)
+    from deviceplugin.sim.kubelet import run_kubelet
+
     return run_kubelet(args.dir, pod_resources_socket=args.pod_resources_socket)
 
 

@@ -1,0 +1,7 @@
+"""`python -m deviceplugin`: the `deviceplugin` command."""
+
+import sys
+
+from deviceplugin.cli import main
+
+sys.exit(main())
