@@ -217,10 +217,15 @@ class SimCluster:
                 placements[key] = self._placed(self.scheduler.schedule(pod))
                 continue
             members = [by_key[f"{gang.namespace}/{name}"] for name in gang.pods]
+            self.apiserver.create("podgroups", gang.podgroup(running=0))
+            running = 0
             for decision in self.scheduler.schedule_gang(members, gang):
                 placement = self._placed(decision)
                 placement.gang = f"{gang.namespace}/{gang.name}"
                 placements[decision.key] = placement
+                running += placement.phase == "Running"
+            status = {"status": gang.podgroup(running)["status"]}
+            self.apiserver.patch("podgroups", gang.name, status, gang.namespace, subresource="status")
         return [placements[objects.namespaced_name(pod)] for pod in submitted]
 
     def _placed(self, decision: Decision) -> Placement:

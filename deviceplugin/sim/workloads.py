@@ -92,6 +92,22 @@ class Gang:
     source: str  # what made it: "Job ns/name" or "PodGroup ns/name"
     task_of: Mapping[str, str] = field(default_factory=dict)  # pod -> Volcano task
     task_min: Mapping[str, int] = field(default_factory=dict)  # task -> its minAvailable
+    queue: str = DEFAULT_QUEUE
+
+    def podgroup(self, running: int) -> Obj:
+        """The PodGroup object Volcano's job controller creates, with the phase its scheduler gives
+        it once `running` members run (Running when minMember do, else Pending)."""
+        spec: Obj = {"minMember": self.min_member, "queue": self.queue}
+        if self.task_min:
+            spec["minTaskMember"] = dict(self.task_min)
+        phase = "Running" if running >= self.min_member else "Pending"
+        return {
+            "apiVersion": VOLCANO_SCHEDULING,
+            "kind": "PodGroup",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
+            "status": {"phase": phase, "running": running},
+        }
 
 
 @dataclass
@@ -324,7 +340,7 @@ def volcano_job(document: Obj, where: str) -> Expanded:
             f"in tasks ({min_available} > {len(pods)})"
         )
     names = tuple(p["metadata"]["name"] for p in pods)
-    gang = Gang(namespace, group, min_available, names, shown, task_of, task_min)
+    gang = Gang(namespace, group, min_available, names, shown, task_of, task_min, queue)
     return Expanded(pods=pods, gangs=[gang], not_simulated=notes)
 
 
@@ -339,4 +355,5 @@ def pod_group(document: Obj, where: str) -> tuple[Gang, list[str]]:
         f"{shown}: spec.{key}" for key in _known(spec, ("minMember",), _GROUP_NOT_PLAYED, f"{where}.spec")
     ]
     minimum = _count(spec.get("minMember"), f"{where}.spec.minMember", 1)
-    return Gang(namespace, name, minimum, (), shown), notes
+    queue = str(spec.get("queue") or DEFAULT_QUEUE)
+    return Gang(namespace, name, minimum, (), shown, queue=queue), notes

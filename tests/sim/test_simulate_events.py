@@ -1,6 +1,7 @@
 """The simulated scheduler's Events as a user reads them with the current kubectl (issue 19 item 5):
 `Scheduled` for a bound pod, `FailedScheduling` with the filters' and extenders' reasons (and the
-PodScheduled condition False) for one that stays Pending, a gang's reason for each of its pods."""
+PodScheduled condition False) for one that stays Pending, a gang's reason for each of its pods;
+and the gang's PodGroup as Volcano's CRD prints it."""
 
 from __future__ import annotations
 
@@ -88,3 +89,10 @@ def test_every_pod_of_a_gang_that_cannot_start_says_so(kubectl: Kubectl) -> None
         )
     listed = cells(kubectl("get", "events", "-n", "ml", "--field-selector", "reason=FailedScheduling").stdout)
     assert sorted(row[3] for row in listed[1:]) == ["pod/huge", "pod/pair-0", "pod/pair-1"]
+
+
+def test_the_gang_s_pod_group_is_there_for_kubectl(kubectl: Kubectl) -> None:
+    rows = cells(kubectl("get", "podgroups", "-n", "ml", "-o", "wide").stdout)
+    assert rows[0] == ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"]
+    (name, status, minimum, running, _, queue) = rows[1]
+    assert (name, status, minimum, running, queue) == ("pair", "Pending", "2", "0", "default")

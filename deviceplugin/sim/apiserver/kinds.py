@@ -220,6 +220,20 @@ LEASES = Kind(
     group="coordination.k8s.io",
 )
 
+#: Volcano's pod groups, as the simulated cluster's Volcano Jobs make them (stored, not acted on).
+PODGROUPS = Kind(
+    plural="podgroups",
+    singular="podgroup",
+    kind="PodGroup",
+    namespaced=True,
+    short_names=("pg", "podgroup-v1beta1"),
+    printer=printers.PODGROUPS,
+    fields=_NAMESPACED_FIELDS,
+    subresources=("status",),
+    group="scheduling.volcano.sh",
+    version="v1beta1",
+)
+
 #: The admission policies of deploy/admission-policy.yaml: stored and validated, not enforced.
 VALIDATING_ADMISSION_POLICIES = Kind(
     plural="validatingadmissionpolicies",
@@ -257,6 +271,7 @@ KINDS: tuple[Kind, ...] = (
     EVENTS,
     CONFIGMAPS,
     LEASES,
+    PODGROUPS,
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
 )

@@ -331,6 +331,29 @@ LEASES = Printer(
 )
 
 
+# --------------------------------------------------------------------------- pod groups
+
+#: Volcano's PodGroup CRD columns (its additionalPrinterColumns).
+PODGROUPS = Printer(
+    (
+        _NAME,
+        Column("STATUS", "string", "The pod group's phase."),
+        Column("minMember", "integer", "Pods that must be placed together."),
+        Column("RUNNINGS", "integer", "Pods running."),
+        _AGE,
+        Column("QUEUE", "string", "The queue it is in.", priority=1),
+    ),
+    lambda group, now: [
+        name_of(group),
+        text_at(group, "status", "phase"),
+        (group.get("spec") or {}).get("minMember"),
+        (group.get("status") or {}).get("running"),
+        _age(group, now),
+        text_at(group, "spec", "queue"),
+    ],
+)
+
+
 # --------------------------------------------------------------------------- admission policies
 
 
