@@ -21,28 +21,14 @@ reported once to its cache's `Rejections` (a log line and a count on `/metrics`)
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deviceplugin.fit import (
-    STRATEGY_RESOURCES,
-    Compat,
-    GpuState,
-    VgpuConfig,
-    add_gpushare_pod,
-    add_vgpu_pod,
-    gpushare_cards,
-    holds_gpus,
-    labelled_strategy,
-    published_strategy,
-    remove_gpushare_pod,
-    remove_vgpu_pod,
-    vgpu_gpus,
-)
+from deviceplugin.fit import Compat, GpuState, VgpuConfig, holds_gpus, labelled_strategy, published_strategy
 from deviceplugin.fit import keys as fitkeys
 from deviceplugin.fit.bounds import parse_decimal
 from deviceplugin.fit.errors import AnnotationError, FitInputError
+from deviceplugin.fit.families import Family, family_of
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.kube.api import Obj
@@ -90,8 +76,8 @@ def _signature(node: Obj) -> tuple[object, ...]:
     )
 
 
-def other_strategy(node: Obj, strategy: Strategy) -> str:
-    """Why a node running another GPU strategy cannot serve `strategy`'s resources, or "": its
+def other_strategy(node: Obj, family: Family) -> str:
+    """Why a node running another GPU strategy cannot serve `family`'s resources, or "": its
     label `volcano.sh/gpu-strategy`, else what it publishes (fit.strategy). A node with no GPU
     resource at all is left to the fit, which says it has no GPUs."""
     name = node_name(node)
@@ -100,14 +86,14 @@ def other_strategy(node: Obj, strategy: Strategy) -> str:
     except FitInputError as err:
         return f"node {name}: {err}"
     runs = labelled or published_strategy(node)
-    if runs is None or runs == strategy:
+    if runs is None or family_of(runs) is family:
         return ""
     source = (
         f"label {fitkeys.GPU_STRATEGY_LABEL}" if labelled else "from what it publishes: no strategy label"
     )
     return (
         f"node {name} runs the {runs} GPU strategy ({source}), "
-        f"which does not serve {', '.join(STRATEGY_RESOURCES[strategy])}"
+        f"which does not serve {', '.join(family.resources)}"
     )
 
 
@@ -142,36 +128,6 @@ class NodeView:
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
 
 
-class Devices:
-    """The strategy's fit-library calls that build and update a node's GPU states."""
-
-    def __init__(self, strategy: Strategy, compat: Compat) -> None:
-        self.strategy = strategy
-        self.compat = compat
-
-    def build(self, node: Obj, config: VgpuConfig) -> list[GpuState]:
-        if self.strategy == "vgpu":
-            return vgpu_gpus(node, config=config, compat=self.compat)
-        if self.strategy == "number" and fitkeys.GPU_MEMORY not in _section(node, "status", "capacity"):
-            # Number-mode nodes publish only the card count; whole cards need no memory figure.
-            status = dict(_section(node, "status"))
-            status["capacity"] = {**_section(node, "status", "capacity"), fitkeys.GPU_MEMORY: "0"}
-            node = {**node, "status": status}
-        return gpushare_cards(node, compat=self.compat)
-
-    def add(self, gpus: Sequence[GpuState], pod: Obj, config: VgpuConfig) -> None:
-        if self.strategy == "vgpu":
-            add_vgpu_pod(gpus, pod, self.compat, config=config)
-        else:
-            add_gpushare_pod(gpus, pod, self.compat)
-
-    def remove(self, gpus: Sequence[GpuState], uid: str, config: VgpuConfig) -> None:
-        if self.strategy == "vgpu":
-            remove_vgpu_pod(gpus, uid, self.compat, config=config)
-        else:
-            remove_gpushare_pod(gpus, uid)
-
-
 class Inventory:
     """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`); what
     cannot be read goes to `nodes` and `pods` (the caches' `rejections`)."""
@@ -184,7 +140,7 @@ class Inventory:
         nodes: Rejections | None = None,
         pods: Rejections | None = None,
     ) -> None:
-        self.devices = Devices(strategy, compat)
+        self.family = family_of(strategy)  # chosen once: every node is fitted by the extender's strategy
         self.compat = compat
         self.rejected_nodes = nodes or Rejections("node")
         self.rejected_pods = pods or Rejections("pod")
@@ -231,10 +187,10 @@ class Inventory:
     def _rebuild(self, view: NodeView, node: Obj) -> None:
         # Volcano places pods by capacity alone (and so a gpu-number pod on a share-mode node).
         volcano = is_volcano_compat(self.compat)
-        view.other_strategy = "" if volcano else other_strategy(node, self.devices.strategy)
+        view.other_strategy = "" if volcano else other_strategy(node, self.family)
         try:
             config = VgpuConfig(memory_factor=memory_factor(node))
-            gpus = self.devices.build(node, config)
+            gpus = self.family.node_gpus(node, config, self.compat)
             error = ""
         except Exception as err:  # malformed, or a bug reading it: this node alone has no GPUs
             config, gpus, error = VgpuConfig(), [], f"node {view.name}: {describe(err)}"
@@ -305,14 +261,14 @@ class Inventory:
 
     def _unbook(self, view: NodeView, uid: str) -> None:
         if view.pods.pop(uid, None) is not None:
-            self.devices.remove(view.gpus, uid, view.config)
+            self.family.unbook(view.gpus, uid, self.compat, view.config)
             view.generation += 1
 
     def _add(self, view: NodeView, pod: Obj) -> None:
         try:
-            self.devices.add(view.gpus, pod, view.config)
+            self.family.book(view.gpus, pod, self.compat, view.config)
         except Exception as err:
             # The pod's annotations cannot say which GPU it holds: nothing is booked for it, not
             # even what a reader that failed half-way had booked.
-            self.devices.remove(view.gpus, pod_uid(pod), view.config)
+            self.family.unbook(view.gpus, pod_uid(pod), self.compat, view.config)
             self.rejected_pods.reject(pod, err)

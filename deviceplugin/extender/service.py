@@ -1,9 +1,10 @@
 """Filter, prioritize and bind: the extender's decisions, made by the shared-fit library.
 
-Nothing here re-states a fit rule: each decision is `fit_gpushare` / `fit_vgpu` on the node's GPU
-states from the inventory, under that node's lock. Filter keeps its results (per pod, per node,
-with the node's generation) so the prioritize call that follows reuses them instead of fitting
-every node again; a node that changed in between is fitted afresh.
+Nothing here re-states a fit rule or names a strategy: each decision is the inventory's device
+family (`deviceplugin.fit.family`) fitting the node's GPU states, under that node's lock. Filter
+keeps its results (per pod, per node, with the node's generation) so the prioritize call that
+follows reuses them instead of fitting every node again; a node that changed in between is fitted
+afresh.
 
 Bind fits the pod again on its node, against the current usage plus the pods other binds have
 assumed, and assumes it before the API call, all under the node's lock: two binds to one node
@@ -16,7 +17,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deviceplugin.extender.config import ExtenderConfig
@@ -29,20 +29,8 @@ from deviceplugin.extender.protocol import (
     filter_result,
     host_priorities,
 )
-from deviceplugin.fit import (
-    ContainerRequest,
-    FitInputError,
-    FitResult,
-    fit_gpushare,
-    fit_vgpu,
-    gpushare_bind_annotations,
-    node_score,
-    parse_vgpu_requests,
-    pod_gpu_memory,
-    pod_gpu_number,
-    pod_strategy,
-    vgpu_bind_annotations,
-)
+from deviceplugin.fit import FitInputError, FitResult, node_score, pod_strategy
+from deviceplugin.fit.family import PodRequest
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.kube.api import ApiError, Obj
 from deviceplugin.logs import get_log
@@ -61,14 +49,6 @@ class PodFinder(Protocol):
 
 Binder = Callable[[str, str, str, Mapping[str, str], str], object]
 """Creates the Binding: (namespace, name, node, annotations, uid)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodRequest:
-    """What a pod asks of the strategy's resources, read once per request."""
-
-    wants: bool
-    vgpu: tuple[ContainerRequest, ...] = ()
 
 
 def _display(pod: Obj) -> str:
@@ -104,23 +84,16 @@ class ExtenderService:
     def request_of(self, pod: Obj) -> PodRequest:
         """Raises FitInputError when the pod's request cannot be served as written (by default also
         when it mixes two strategies' resources, which Volcano does not check)."""
-        strategy, compat = self.config.strategy, self.config.compat
+        compat = self.config.compat
         if not is_volcano_compat(compat):
             pod_strategy(pod)
-        if strategy == "vgpu":
-            requests = tuple(parse_vgpu_requests(pod, compat=compat))
-            return PodRequest(bool(requests), requests)
-        if strategy == "number":
-            return PodRequest(pod_gpu_number(pod, compat) > 0)
-        return PodRequest(pod_gpu_memory(pod, compat) > 0)
+        return self.inventory.family.request(pod, compat)
 
     def _fit(self, view: NodeView, pod: Obj, request: PodRequest) -> FitResult:
         """Fit on one node; caller holds `view.lock`."""
         config = self.config
-        if config.strategy == "vgpu":
-            return fit_vgpu(view.gpus, request.vgpu, pod, config.policy, config.compat, config=view.config)
-        return fit_gpushare(
-            view.gpus, pod, strategy=config.strategy, policy=config.policy, compat=config.compat
+        return self.inventory.family.fit(
+            view.gpus, pod, request, policy=config.policy, compat=config.compat, config=view.config
         )
 
     def _unusable(self, name: str, view: NodeView | None) -> str:
@@ -132,7 +105,7 @@ class ExtenderService:
         if view.error:
             return view.error
         if not view.gpus:
-            return f"node {name} publishes no GPUs for strategy {self.config.strategy}"
+            return f"node {name} publishes no GPUs for strategy {self.inventory.family.strategy}"
         return ""
 
     def _remember(self, pod: Obj) -> None:
@@ -200,7 +173,9 @@ class ExtenderService:
         if not result.ok:
             return 0
         devices = sum(len(container) for container in result.devices)
-        per_device = result.score / devices if self.config.strategy == "vgpu" and devices else result.score
+        per_device = (
+            result.score / devices if self.inventory.family.scores_per_device and devices else result.score
+        )
         score = node_score(per_device / 10.0, self.config.weight)
         return int(min(max(score, 0.0), float(MAX_EXTENDER_PRIORITY)))
 
@@ -301,10 +276,9 @@ class ExtenderService:
                 result = FitResult(ok=False, reason=str(err))
             if not result.ok:
                 return result.reason, {}
-            if self.config.strategy == "vgpu":
-                annotations = vgpu_bind_annotations(result, node, int(time.time()), self.config.compat)
-            else:
-                annotations = gpushare_bind_annotations(result, time.time_ns())
+            annotations = self.inventory.family.bind_annotations(
+                result, node, time.time_ns(), self.config.compat
+            )
             self.inventory.assume(view, _bound(pod, node, annotations))
         return "", annotations
 

@@ -83,57 +83,85 @@ def fit_gpushare(
     compat: Compat = None,
     rng: random.Random | None = None,
 ) -> FitResult:
-    """Choose the card(s) for a gpushare pod on one node.
+    """Choose the card(s) for a gpushare pod on one node: `fit_share` or `fit_number`."""
+    fit = _FITS.get(strategy)
+    if fit is None:
+        raise RequestError(f"gpushare strategy must be 'share' or 'number', not {strategy!r}")
+    return fit(cards, pod, policy=policy, compat=compat, rng=rng)
 
-    `share`: the pod's memory on the lowest-indexed healthy card with enough idle memory.
-    `number`: that many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
+
+def fit_share(
+    cards: Sequence[GpuState],
+    pod: objects.Obj,
+    *,
+    policy: str | None = None,
+    compat: Compat = None,
+    rng: random.Random | None = None,
+) -> FitResult:
+    """The pod's memory on the lowest-indexed healthy card with enough idle memory. A pod without
+    a `gpu-memory` request fits with no devices. (`rng` is unused: the choice is never random.)"""
+    volcano = is_volcano_compat(compat)
+    policy = check_policy(policy, volcano)
+    ordered = sorted(cards, key=lambda c: c.index)
+    pod_name = objects.display_name(pod)
+    need = pod_gpu_memory(pod, compat)
+    if need <= 0:
+        return FitResult(ok=True)
+    fitting = [c for c in ordered if c.health and _free_memory(c, volcano) >= need]
+    if not fitting:
+        details = "; ".join(f"GPU {c.index}: {_why_not(c, need)}" for c in ordered)
+        return FitResult(
+            ok=False,
+            reason=f"pod {pod_name} needs {need} MiB of GPU memory on one GPU; none has it [{details}]",
+        )
+    card = fitting[0]
+    assigned = Assigned(card.uuid, card.index, card.type, need, 0)
+    return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, policy, volcano))
+
+
+def fit_number(
+    cards: Sequence[GpuState],
+    pod: objects.Obj,
+    *,
+    policy: str | None = None,
+    compat: Compat = None,
+    rng: random.Random | None = None,
+) -> FitResult:
+    """That many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
     order, which is unspecified (B1); compat="volcano" draws them at random (`rng`) to match.
-    A pod without a request of the strategy's resource fits with no devices.
+    A pod without a `gpu-number` request fits with no devices.
 
-    compat="volcano", `number`, a pod that also asks `gpu-memory`: Volcano's filter counts idle
-    cards, but its Allocate takes the memory branch first (`gpushare/device_info.go:Allocate`):
-    one card, the lowest-indexed healthy one with enough free memory, shared or not; with none,
-    the pod is not placed although the filter passed.
+    compat="volcano", a pod that also asks `gpu-memory`: Volcano's filter counts idle cards, but
+    its Allocate takes the memory branch first (`gpushare/device_info.go:Allocate`): one card, the
+    lowest-indexed healthy one with enough free memory, shared or not; with none, the pod is not
+    placed although the filter passed.
     """
     volcano = is_volcano_compat(compat)
     policy = check_policy(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
     healthy = [c for c in ordered if c.health]
     pod_name = objects.display_name(pod)
-    if strategy == "share":
-        need = pod_gpu_memory(pod, compat)
-        if need <= 0:
-            return FitResult(ok=True)
-        fitting = [c for c in healthy if _free_memory(c, volcano) >= need]
-        if not fitting:
-            details = "; ".join(f"GPU {c.index}: {_why_not(c, need)}" for c in ordered)
-            return FitResult(
-                ok=False,
-                reason=f"pod {pod_name} needs {need} MiB of GPU memory on one GPU; none has it [{details}]",
-            )
-        card = fitting[0]
-        assigned = Assigned(card.uuid, card.index, card.type, need, 0)
-        return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, policy, volcano))
-    if strategy == "number":
-        need = pod_gpu_number(pod, compat)
-        if need <= 0:
-            return FitResult(ok=True)
-        idle = [c for c in healthy if not c.pods]
-        if len(idle) < need:
-            return FitResult(
-                ok=False,
-                reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
-                f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
-            )
-        memory = pod_gpu_memory(pod, compat) if volcano else 0
-        if memory > 0:
-            return _volcano_memory_branch(healthy, pod, memory, len(healthy) - len(idle))
-        taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
-        devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
+    need = pod_gpu_number(pod, compat)
+    if need <= 0:
+        return FitResult(ok=True)
+    idle = [c for c in healthy if not c.pods]
+    if len(idle) < need:
         return FitResult(
-            ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, policy, volcano)
+            ok=False,
+            reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
+            f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
         )
-    raise RequestError(f"gpushare strategy must be 'share' or 'number', not {strategy!r}")
+    memory = pod_gpu_memory(pod, compat) if volcano else 0
+    if memory > 0:
+        return _volcano_memory_branch(healthy, pod, memory, len(healthy) - len(idle))
+    taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
+    devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
+    return FitResult(
+        ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, policy, volcano)
+    )
+
+
+_FITS = {"share": fit_share, "number": fit_number}
 
 
 def _free_memory(card: GpuState, volcano: bool) -> int:

@@ -10,8 +10,9 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from deviceplugin.extender.inventory import Devices, memory_factor, node_name, pod_node, pod_uid
+from deviceplugin.extender.inventory import memory_factor, node_name, pod_node, pod_uid
 from deviceplugin.fit import VgpuConfig, keys
+from deviceplugin.fit.families import family_of
 from tests.fuzz import FUZZ, annotated_nodes, annotated_pods, nodes, pods, value_or_fit_error
 
 POISON = "9" * 4301
@@ -51,15 +52,15 @@ _REGISTERED = {keys.NODE_VGPU_REGISTER: "GPU-a,10,1000,NVIDIA,true,hami-core:"}
 @example(_node(_REGISTERED), [_pod({keys.VGPU_IDS_NEW: f"GPU-a,NVIDIA,{POISON},0:"})], "vgpu", None)
 @example(_node(_REGISTERED), [_pod({keys.VGPU_IDS_NEW: f"GPU-a[g-{POISON}],NVIDIA,1,0:"})], "vgpu", "volcano")
 def test_node_and_pod_readers(node: Any, booked: list[Any], strategy: Any, compat: Any) -> None:
-    devices = Devices(strategy, compat)
+    family = family_of(strategy)
     assert isinstance(node_name(node), str)
     assert all(isinstance(pod_uid(pod), str) and isinstance(pod_node(pod), str) for pod in booked)
 
     def build() -> object:
         config = VgpuConfig(memory_factor=memory_factor(node))
-        gpus = devices.build(node, config)
+        gpus = family.node_gpus(node, config, compat)
         for pod in booked:
-            value_or_fit_error(partial(devices.add, gpus, pod, config))
+            value_or_fit_error(partial(family.book, gpus, pod, compat, config))
         return gpus
 
     value_or_fit_error(build)

@@ -1,0 +1,27 @@
+"""The device families by strategy: the one place a strategy name picks code (docs/families.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from deviceplugin.fit.errors import ConfigError
+from deviceplugin.fit.families.gpushare import NumberFamily, ShareFamily
+from deviceplugin.fit.families.vgpu import VgpuFamily
+from deviceplugin.fit.family import Family
+from deviceplugin.fit.keys import STRATEGIES, Strategy
+
+FAMILIES: Mapping[Strategy, Family] = {
+    family.strategy: family for family in (ShareFamily(), NumberFamily(), VgpuFamily())
+}
+_BY_NAME: dict[str, Family] = dict(FAMILIES.items())
+
+
+def family_of(strategy: str) -> Family:
+    """The family of `strategy`; ConfigError naming the strategies for any other string."""
+    family = _BY_NAME.get(strategy)
+    if family is None:
+        raise ConfigError(f"GPU strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    return family
+
+
+__all__ = ["FAMILIES", "Family", "family_of"]

@@ -1,0 +1,89 @@
+"""The `share` (`volcano.sh/gpu-memory`) and `number` (`volcano.sh/gpu-number`) families: cards
+read from the node's capacity, pods placed by `volcano.sh/gpu-index` (fit.gpushare, fit.usage)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deviceplugin.fit import keys, objects
+from deviceplugin.fit.bind import gpushare_bind_annotations
+from deviceplugin.fit.family import PodRequest
+from deviceplugin.fit.gpushare import fit_number, fit_share, pod_gpu_memory, pod_gpu_number
+from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig
+from deviceplugin.fit.strategy import STRATEGY_RESOURCES
+from deviceplugin.fit.usage import add_gpushare_pod, gpushare_cards, remove_gpushare_pod
+
+
+def _section(obj: object, key: str) -> Mapping[str, Any]:
+    """`obj[key]` when both are mappings, else empty: a malformed section is the fit's to report."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+class ShareFamily:
+    """A pod's memory on one card."""
+
+    strategy: Strategy = "share"
+    scores_per_device = False
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        return STRATEGY_RESOURCES[self.strategy]
+
+    def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
+        return PodRequest(pod_gpu_memory(pod, compat) > 0)
+
+    def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
+        return gpushare_cards(node, compat=compat)
+
+    def fit(
+        self,
+        gpus: Sequence[GpuState],
+        pod: objects.Obj,
+        request: PodRequest,
+        *,
+        policy: str | None,
+        compat: Compat,
+        config: VgpuConfig,
+    ) -> FitResult:
+        return fit_share(gpus, pod, policy=policy, compat=compat)
+
+    def bind_annotations(self, result: FitResult, node: str, now_ns: int, compat: Compat) -> dict[str, str]:
+        return gpushare_bind_annotations(result, now_ns)
+
+    def book(self, gpus: Sequence[GpuState], pod: objects.Obj, compat: Compat, config: VgpuConfig) -> None:
+        add_gpushare_pod(gpus, pod, compat)
+
+    def unbook(self, gpus: Sequence[GpuState], uid: str, compat: Compat, config: VgpuConfig) -> None:
+        remove_gpushare_pod(gpus, uid)
+
+
+class NumberFamily(ShareFamily):
+    """Whole idle cards; booked and bound as `share` is."""
+
+    strategy: Strategy = "number"
+
+    def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
+        return PodRequest(pod_gpu_number(pod, compat) > 0)
+
+    def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
+        status = _section(node, "status")
+        capacity = _section(status, "capacity")
+        if keys.GPU_MEMORY not in capacity:
+            # Number-mode nodes publish only the card count; whole cards need no memory figure.
+            node = {**node, "status": {**status, "capacity": {**capacity, keys.GPU_MEMORY: "0"}}}
+        return gpushare_cards(node, compat=compat)
+
+    def fit(
+        self,
+        gpus: Sequence[GpuState],
+        pod: objects.Obj,
+        request: PodRequest,
+        *,
+        policy: str | None,
+        compat: Compat,
+        config: VgpuConfig,
+    ) -> FitResult:
+        return fit_number(gpus, pod, policy=policy, compat=compat)

@@ -1,0 +1,71 @@
+"""The scheduler-side interface of a device family: one implementation per GPU strategy.
+
+A scheduler (the extender, the simulated scheduler) picks a node's family once, by strategy
+(`deviceplugin.fit.families.family_of`), and calls only these methods: nothing outside the
+registry compares strategy names. Each method wraps the fit library's functions for its
+strategy; a new mode or device family is one more implementation and one registry entry
+(docs/families.md). The node daemon's side (what a node publishes, how Allocate reads a pod) is
+`deviceplugin.plugin.family`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from deviceplugin.fit import objects
+from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.model import Compat, ContainerRequest, FitResult, GpuState, VgpuConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What a pod asks of a family's resources, read once per scheduling request."""
+
+    wants: bool  # False: the pod asks for none of the family's resources (it fits anywhere)
+    containers: tuple[ContainerRequest, ...] = ()  # per-container requests, for families that read them
+
+
+class Family(Protocol):
+    """One GPU strategy's scheduling rules. Methods taking `gpus` change or read them only under
+    the caller's lock for that node."""
+
+    @property
+    def strategy(self) -> Strategy:
+        """The strategy this family implements (the node label's value)."""
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The pod resources its device plugin serves."""
+
+    @property
+    def scores_per_device(self) -> bool:
+        """True when `fit`'s score sums one score per device (the node score averages it)."""
+
+    def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
+        """The pod's request; raises FitInputError when it cannot be served as written."""
+
+    def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
+        """The node's GPUs, empty of pods, from what its plugin publishes on the Node object."""
+
+    def fit(
+        self,
+        gpus: Sequence[GpuState],
+        pod: objects.Obj,
+        request: PodRequest,
+        *,
+        policy: str | None,
+        compat: Compat,
+        config: VgpuConfig,
+    ) -> FitResult:
+        """Choose the pod's devices on one node, with a score by `policy`."""
+
+    def bind_annotations(self, result: FitResult, node: str, now_ns: int, compat: Compat) -> dict[str, str]:
+        """The annotations a bind writes for a fit's choice (`now_ns`: the decision's Unix time)."""
+
+    def book(self, gpus: Sequence[GpuState], pod: objects.Obj, compat: Compat, config: VgpuConfig) -> None:
+        """Count a placed pod's devices on `gpus` (from its annotations)."""
+
+    def unbook(self, gpus: Sequence[GpuState], uid: str, compat: Compat, config: VgpuConfig) -> None:
+        """Take the pod with `uid` off `gpus` again."""
