@@ -12,9 +12,10 @@ GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from http import HTTPStatus
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,6 +26,7 @@ from deviceplugin.httpserver import HttpServer, HttpStats, KiB, Limits, Request,
 from deviceplugin.kube.cachemetrics import cache_metrics
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.daemon import Daemon
+from deviceplugin.plugin.snapshot import DaemonSnapshot
 from deviceplugin.workermetrics import worker_metrics
 
 log = get_log(__name__)
@@ -40,169 +42,155 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 
 class DaemonCollector(Collector):
-    """Reads the daemon's current parts on every scrape (a reload swaps them)."""
+    """Renders the daemon's snapshot (`Daemon.snapshot()`), taken on every scrape."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._vgpu_gauges()
-        yield from self._health()
-        yield from self._plugin()
+        taken = self.daemon.snapshot()
+        yield from _vgpu_gauges(taken)
+        yield from _health(taken)
+        yield from _plugin(taken)
 
-    def _vgpu_gauges(self) -> Iterator[Metric]:
-        node = self.daemon.config.node_name
-        ledger = self.daemon.services.ledger
-        factor = self.daemon.layout.factor  # the ledger keeps MiB; Volcano exports memory units
-        device = ["NodeName", "devID"]
-        shared = GaugeMetricFamily("volcano_vgpu_device_shared_number", "Pods sharing the GPU", labels=device)
-        memory = GaugeMetricFamily(
-            "volcano_vgpu_device_allocated_memory", f"GPU memory allocated to pods, {UNITS}", labels=device
-        )
-        cores = GaugeMetricFamily(
-            "volcano_vgpu_device_allocated_cores", "GPU compute allocated to pods, percent", labels=device
-        )
-        limit = GaugeMetricFamily("volcano_vgpu_device_memory_limit", f"GPU memory, {UNITS}", labels=device)
-        usage = {row.uuid: row for row in ledger.usage_by_gpu()}
-        for gpu in self.daemon.gpu.gpus:
-            labels = [node, gpu.uuid]
-            used = usage.get(gpu.uuid)
-            shared.add_metric(labels, used.pods if used else 0)
-            memory.add_metric(labels, used.memory // factor if used else 0)
-            cores.add_metric(labels, used.cores if used else 0)
-            limit.add_metric(labels, self.daemon.layout.vgpu_memory_units(gpu))  # as registered
-        # podNamespace beyond Volcano's labels: two pods of one name would be one series otherwise
-        per_pod = [*device, "podName", "podNamespace"]
-        pod_memory = GaugeMetricFamily(
-            "volcano_vgpu_device_memory_allocation_for_a_certain_pod",
-            f"GPU memory allocated to the pod, {UNITS}",
-            labels=per_pod,
-        )
-        pod_cores = GaugeMetricFamily(
-            "volcano_vgpu_device_core_allocation_for_a_certain_pod",
-            "GPU compute allocated to the pod, percent",
-            labels=per_pod,
-        )
-        for row in ledger.usage_by_pod():
-            labels = [node, row.uuid, row.pod_name, row.namespace]
-            pod_memory.add_metric(labels, row.memory // factor)
-            pod_cores.add_metric(labels, row.cores)
-        yield from (shared, memory, cores, limit, pod_memory, pod_cores)
 
-    def _health(self) -> Iterator[Metric]:
-        gpu = self.daemon.gpu
-        healthy = GaugeMetricFamily(
-            f"{PLUGIN}_device_healthy", "1 while the GPU is healthy", labels=["devID", "index"]
-        )
-        _, health = gpu.health.snapshot()
-        for info in gpu.gpus:
-            healthy.add_metric([info.uuid, str(info.index)], 1 if health.get(info.uuid) else 0)
-        xids = CounterMetricFamily(f"{PLUGIN}_xid_events", "Xid events seen", labels=["devID", "xid"])
-        for (uuid, xid), count in sorted(gpu.monitor.xid_events.items()):
-            xids.add_metric([uuid, str(xid)], count)
-        yield from (healthy, xids)
+def _vgpu_gauges(taken: DaemonSnapshot) -> Iterator[Metric]:
+    device = ["NodeName", "devID"]
+    shared = GaugeMetricFamily("volcano_vgpu_device_shared_number", "Pods sharing the GPU", labels=device)
+    memory = GaugeMetricFamily(
+        "volcano_vgpu_device_allocated_memory", f"GPU memory allocated to pods, {UNITS}", labels=device
+    )
+    cores = GaugeMetricFamily(
+        "volcano_vgpu_device_allocated_cores", "GPU compute allocated to pods, percent", labels=device
+    )
+    limit = GaugeMetricFamily("volcano_vgpu_device_memory_limit", f"GPU memory, {UNITS}", labels=device)
+    for gpu in taken.gpus:
+        labels = [taken.node_name, gpu.uuid]
+        shared.add_metric(labels, gpu.pods)
+        memory.add_metric(labels, gpu.memory)
+        cores.add_metric(labels, gpu.cores)
+        limit.add_metric(labels, gpu.memory_limit)
+    # podNamespace beyond Volcano's labels: two pods of one name would be one series otherwise
+    per_pod = [*device, "podName", "podNamespace"]
+    pod_memory = GaugeMetricFamily(
+        "volcano_vgpu_device_memory_allocation_for_a_certain_pod",
+        f"GPU memory allocated to the pod, {UNITS}",
+        labels=per_pod,
+    )
+    pod_cores = GaugeMetricFamily(
+        "volcano_vgpu_device_core_allocation_for_a_certain_pod",
+        "GPU compute allocated to the pod, percent",
+        labels=per_pod,
+    )
+    for pod in taken.pods:
+        labels = [taken.node_name, pod.uuid, pod.pod_name, pod.namespace]
+        pod_memory.add_metric(labels, pod.memory)
+        pod_cores.add_metric(labels, pod.cores)
+    yield from (shared, memory, cores, limit, pod_memory, pod_cores)
 
-    def _plugin(self) -> Iterator[Metric]:
-        daemon, services = self.daemon, self.daemon.services
-        stats = daemon.stats
-        failures = CounterMetricFamily(
-            f"{PLUGIN}_allocate_failures", "Allocate calls refused, by reason", labels=["reason"]
-        )
-        for reason, count in sorted(stats.failures.items()):
-            failures.add_metric([reason], count)
-        mismatches = CounterMetricFamily(
-            f"{PLUGIN}_allocate_gpu_mismatches",
-            "Allocate calls whose kubelet device IDs were not on the scheduler's GPUs",
-            labels=["resource"],
-        )
-        for resource, count in sorted(stats.mismatches.items()):
-            mismatches.add_metric([resource], count)
-        resolved = CounterMetricFamily(
-            f"{PLUGIN}_allocate_same_count_resolved",
-            "Allocate calls with several pods asking the same count, by what told them apart "
-            "(pod-resources, ledger, arrival, same-placement)",
-            labels=["resource", "signal"],
-        )
-        for (resource, signal), count in sorted(stats.resolved.items()):
-            resolved.add_metric([resource, signal], count)
-        swaps = CounterMetricFamily(
-            f"{PLUGIN}_allocation_swaps_corrected",
-            "Containers kubelet's pod-resources showed served as another pod, corrected in the ledger "
-            "and the scheduler's annotations",
-            labels=["resource"],
-        )
-        for resource, count in sorted(stats.swaps.items()):
-            swaps.add_metric([resource], count)
-        listed = GaugeMetricFamily(
-            f"{PLUGIN}_listandwatch_bytes", "Size of the current ListAndWatch message", labels=["resource"]
-        )
-        registrations = CounterMetricFamily(
-            f"{PLUGIN}_registrations", "Successful registrations with kubelet", labels=["resource"]
-        )
-        if services.registrar is not None:
-            _, health = daemon.gpu.health.snapshot()
-            for server in services.registrar.servers:
-                listed.add_metric([server.resource_name], len(server.service.devices.message(health)))
-            for resource, count in sorted(services.registrar.registrations.items()):
-                registrations.add_metric([resource], count)
-        yield from (failures, mismatches, resolved, swaps, listed, registrations)
+
+def _health(taken: DaemonSnapshot) -> Iterator[Metric]:
+    healthy = GaugeMetricFamily(
+        f"{PLUGIN}_device_healthy", "1 while the GPU is healthy", labels=["devID", "index"]
+    )
+    for gpu in taken.gpus:
+        healthy.add_metric([gpu.uuid, str(gpu.index)], 1 if gpu.healthy else 0)
+    xids = CounterMetricFamily(f"{PLUGIN}_xid_events", "Xid events seen", labels=["devID", "xid"])
+    for (uuid, xid), count in sorted(taken.xid_events.items()):
+        xids.add_metric([uuid, str(xid)], count)
+    yield from (healthy, xids)
+
+
+def _counter(name: str, text: str, labels: list[str], counts: Mapping[Any, int]) -> CounterMetricFamily:
+    """A counter family with one sample per key (a tuple key gives one label each), in key order."""
+    family = CounterMetricFamily(name, text, labels=labels)
+    for key, count in sorted(counts.items()):
+        family.add_metric([str(part) for part in (key if isinstance(key, tuple) else (key,))], count)
+    return family
+
+
+def _plugin(taken: DaemonSnapshot) -> Iterator[Metric]:
+    allocate = taken.allocate
+    yield _counter(
+        f"{PLUGIN}_allocate_failures", "Allocate calls refused, by reason", ["reason"], allocate.failures
+    )
+    yield _counter(
+        f"{PLUGIN}_allocate_gpu_mismatches",
+        "Allocate calls whose kubelet device IDs were not on the scheduler's GPUs",
+        ["resource"],
+        allocate.mismatches,
+    )
+    yield _counter(
+        f"{PLUGIN}_allocate_same_count_resolved",
+        "Allocate calls with several pods asking the same count, by what told them apart "
+        "(pod-resources, ledger, arrival, same-placement)",
+        ["resource", "signal"],
+        allocate.resolved,
+    )
+    yield _counter(
+        f"{PLUGIN}_allocation_swaps_corrected",
+        "Containers kubelet's pod-resources showed served as another pod, corrected in the ledger "
+        "and the scheduler's annotations",
+        ["resource"],
+        allocate.swaps,
+    )
+    listed = GaugeMetricFamily(
+        f"{PLUGIN}_listandwatch_bytes", "Size of the current ListAndWatch message", labels=["resource"]
+    )
+    for resource, size in taken.listandwatch_bytes.items():
+        listed.add_metric([resource], size)
+    yield listed
+    yield _counter(
+        f"{PLUGIN}_registrations", "Successful registrations with kubelet", ["resource"], taken.registrations
+    )
+    yield GaugeMetricFamily(
+        f"{PLUGIN}_ledger_allocations", "Live ledger allocations", value=taken.ledger.allocations
+    )
+    yield GaugeMetricFamily(
+        f"{PLUGIN}_outbox_backlog", "API patches waiting to be sent", value=taken.ledger.outbox_backlog
+    )
+    yield _counter(
+        f"{PLUGIN}_ledger_storage_errors",
+        "Ledger reads and writes the disk under --state-dir failed, by problem (disk-full, read-only, "
+        "io-error, corrupt, locked)",
+        ["problem"],
+        taken.ledger.storage_errors,
+    )
+    waiting = GaugeMetricFamily(
+        f"{PLUGIN}_allocate_waiting",
+        "Allocate calls waiting (up to --allocate-timeout) for their pod to reach the pod cache",
+        labels=["resource"],
+    )
+    for resource, count in sorted(allocate.waiting.items()):
+        waiting.add_metric([resource], count)
+    yield waiting
+    if taken.api is not None:
         yield GaugeMetricFamily(
-            f"{PLUGIN}_ledger_allocations", "Live ledger allocations", value=services.ledger.live_count()
+            f"{PLUGIN}_pod_cache_staleness_seconds",
+            "How long the pod cache may have missed changes (0 while its watch is open)",
+            value=taken.api.pod_cache_staleness_s,
         )
-        yield GaugeMetricFamily(
-            f"{PLUGIN}_outbox_backlog", "API patches waiting to be sent", value=services.ledger.outbox_size()
+        yield from cache_metrics(PLUGIN, taken.api.rejected)
+        yield _counter(
+            f"{PLUGIN}_outbox_batches",
+            "Outbox passes, by what started them: backlog (the pass before left over a batch due) "
+            "or wait (new entries, a back-off ending)",
+            ["started_by"],
+            taken.api.outbox_batches,
         )
-        storage = CounterMetricFamily(
-            f"{PLUGIN}_ledger_storage_errors",
-            "Ledger reads and writes the disk under --state-dir failed, by problem (disk-full, read-only, "
-            "io-error, corrupt, locked)",
-            labels=["problem"],
+        yield _counter(
+            f"{PLUGIN}_outbox_entries",
+            "Outbox entries, by outcome: sent (a pod's entries merged into one patch), pod-gone "
+            "(dropped unsent: the pod cache saw the pod deleted), refused (dropped on 404 or 422), "
+            "retried",
+            ["outcome"],
+            taken.api.outbox_entries,
         )
-        for problem, count in sorted(services.ledger.storage_errors.items()):
-            storage.add_metric([problem], count)
-        yield storage
-        waiting = GaugeMetricFamily(
-            f"{PLUGIN}_allocate_waiting",
-            "Allocate calls waiting (up to --allocate-timeout) for their pod to reach the pod cache",
-            labels=["resource"],
+    yield from worker_metrics(PLUGIN, taken.worker_restarts)
+    if taken.api_errors is not None:
+        yield _counter(
+            f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", ["call", "status"], taken.api_errors
         )
-        for resource, count in sorted(stats.waiting().items()):
-            waiting.add_metric([resource], count)
-        yield waiting
-        if services.kube is not None:
-            yield GaugeMetricFamily(
-                f"{PLUGIN}_pod_cache_staleness_seconds",
-                "How long the pod cache may have missed changes (0 while its watch is open)",
-                value=services.kube.pods.staleness_s(),
-            )
-            yield from cache_metrics(PLUGIN, (services.kube.pods, services.kube.watch))
-            outbox = services.kube.outbox
-            batches = CounterMetricFamily(
-                f"{PLUGIN}_outbox_batches",
-                "Outbox passes, by what started them: backlog (the pass before left over a batch due) "
-                "or wait (new entries, a back-off ending)",
-                labels=["started_by"],
-            )
-            for started_by, count in sorted(outbox.batches.items()):
-                batches.add_metric([started_by], count)
-            entries = CounterMetricFamily(
-                f"{PLUGIN}_outbox_entries",
-                "Outbox entries, by outcome: sent (a pod's entries merged into one patch), pod-gone "
-                "(dropped unsent: the pod cache saw the pod deleted), refused (dropped on 404 or 422), "
-                "retried",
-                labels=["outcome"],
-            )
-            for outcome, count in sorted(outbox.entries.items()):
-                entries.add_metric([outcome], count)
-            yield from (batches, entries)
-        yield from worker_metrics(PLUGIN, daemon.supervisor)
-        if daemon.api is not None:
-            errors = CounterMetricFamily(
-                f"{PLUGIN}_api_errors", "Failed Kubernetes API calls", labels=["call", "status"]
-            )
-            for (call, status), count in sorted(daemon.api.errors.items()):
-                errors.add_metric([call, str(status)], count)
-            yield errors
 
 
 def readiness(daemon: Daemon) -> list[str]:

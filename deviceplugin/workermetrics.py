@@ -4,7 +4,7 @@ until it first crashes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -12,14 +12,14 @@ from prometheus_client.registry import Collector
 from deviceplugin.supervisor import Supervisor
 
 
-def worker_metrics(prefix: str, supervisor: Supervisor) -> Iterator[Metric]:
+def worker_metrics(prefix: str, restarts_by_worker: Mapping[str, int]) -> Iterator[Metric]:
     restarts = CounterMetricFamily(
         f"{prefix}_worker_restarts",
         "Crashes of a background worker (an exception out of its loop), each logged and followed by "
         "a restart after a back-off",
         labels=["worker"],
     )
-    for name, count in sorted(supervisor.restarts().items()):
+    for name, count in sorted(restarts_by_worker.items()):
         restarts.add_metric([name], count)
     yield restarts
 
@@ -32,4 +32,4 @@ class WorkerCollector(Collector):
         self.supervisor = supervisor
 
     def collect(self) -> Iterator[Metric]:
-        return worker_metrics(self.prefix, self.supervisor)
+        return worker_metrics(self.prefix, self.supervisor.restarts())

@@ -6,7 +6,7 @@ holds. A failure of a cache's loop is a crash of its worker, counted with the ot
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -14,10 +14,15 @@ from prometheus_client.registry import Collector
 from deviceplugin.kube.podcache import ListWatchCache
 
 
-def cache_metrics(prefix: str, caches: Iterable[ListWatchCache]) -> Iterator[Metric]:
+def rejected_by_kind(caches: Iterable[ListWatchCache]) -> dict[str, int]:
+    """Objects the caches could not read, by the kind of object each cache holds."""
     rejected: Counter[str] = Counter()
     for cache in caches:
         rejected[cache.rejections.kind] += cache.rejections.count
+    return dict(rejected)
+
+
+def cache_metrics(prefix: str, rejected: Mapping[str, int]) -> Iterator[Metric]:
     rejected_family = CounterMetricFamily(
         f"{prefix}_objects_rejected",
         "API objects that could not be read (malformed, or a bug reading them), each once per reason; "
@@ -37,4 +42,4 @@ class CacheCollector(Collector):
         self.caches = tuple(caches)
 
     def collect(self) -> Iterator[Metric]:
-        return cache_metrics(self.prefix, self.caches)
+        return cache_metrics(self.prefix, rejected_by_kind(self.caches))

@@ -18,6 +18,7 @@ from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.kube.api import ConfigError, Kube, load_client
+from deviceplugin.kube.cachemetrics import rejected_by_kind
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.handshake import Handshake
 from deviceplugin.kube.node import NodePublisher, NodeWatch
@@ -43,6 +44,14 @@ from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Rebuild, Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
+from deviceplugin.plugin.snapshot import (
+    AllocateCounts,
+    ApiSide,
+    DaemonSnapshot,
+    GpuSnapshot,
+    LedgerCounts,
+    PodOnGpu,
+)
 from deviceplugin.plugin.vgpu import VgpuAllocator
 from deviceplugin.supervisor import Supervisor
 
@@ -475,3 +484,58 @@ class Daemon:
         self.services.stop()
         self.services.ledger.close()
         self.gpu.stop()
+
+    def snapshot(self) -> DaemonSnapshot:
+        """What the daemon reports about itself now (`/metrics` reads only this)."""
+        services, gpu, stats, factor = self.services, self.gpu, self.stats, self.layout.factor
+        ledger = services.ledger
+        _, health = gpu.health.snapshot()
+        usage = {row.uuid: row for row in ledger.usage_by_gpu()}
+        gpus = tuple(
+            GpuSnapshot(
+                info.uuid,
+                info.index,
+                bool(health.get(info.uuid)),
+                self.layout.vgpu_memory_units(info),
+                used.pods if used else 0,
+                used.memory // factor if used else 0,
+                used.cores if used else 0,
+            )
+            for info in gpu.gpus
+            for used in (usage.get(info.uuid),)
+        )
+        pods = tuple(
+            PodOnGpu(row.uuid, row.pod_name, row.namespace, row.memory // factor, row.cores)
+            for row in ledger.usage_by_pod()
+        )
+        registrar, kube = services.registrar, services.kube
+        api = None
+        if kube is not None:
+            api = ApiSide(
+                kube.pods.staleness_s(),
+                rejected_by_kind((kube.pods, kube.watch)),
+                dict(kube.outbox.batches),
+                dict(kube.outbox.entries),
+            )
+        return DaemonSnapshot(
+            node_name=self.config.node_name,
+            gpus=gpus,
+            pods=pods,
+            xid_events=dict(gpu.monitor.xid_events),
+            allocate=AllocateCounts(
+                dict(stats.failures),
+                dict(stats.mismatches),
+                dict(stats.resolved),
+                dict(stats.swaps),
+                stats.waiting(),
+            ),
+            listandwatch_bytes={
+                server.resource_name: len(server.service.devices.message(health))
+                for server in (registrar.servers if registrar is not None else ())
+            },
+            registrations=dict(registrar.registrations) if registrar is not None else {},
+            ledger=LedgerCounts(ledger.live_count(), ledger.outbox_size(), dict(ledger.storage_errors)),
+            api=api,
+            worker_restarts=self.supervisor.restarts(),
+            api_errors=dict(self.api.errors) if self.api is not None else None,
+        )
