@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +12,7 @@ from deviceplugin.kube.api import Kube
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import pod_object
+from tests.kube.waiting import wait_for
 
 
 @pytest.fixture
@@ -23,12 +24,7 @@ def recorder(kube: Kube) -> Iterator[EventRecorder]:
 
 
 def wait_events(apiserver: ApiServerEmulator, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = apiserver.list("events", "default")
-        if len(found) >= count:
-            return found
-        time.sleep(0.02)
+    wait_for(lambda: len(apiserver.list("events", "default")) >= count, timeout_s)
     return apiserver.list("events", "default")
 
 
@@ -71,10 +67,16 @@ def test_events_wait_out_an_outage(apiserver: ApiServerEmulator, recorder: Event
 
 
 def test_calls_never_block_on_the_api(apiserver: ApiServerEmulator, recorder: EventRecorder) -> None:
-    hang = apiserver.faults.hang(method="POST")
-    started = time.monotonic()
-    for n in range(50):
-        recorder.warning(Involved.node("node-a"), "GpuUnhealthy", f"event {n}")
-    assert time.monotonic() - started < 0.5
+    hang = apiserver.faults.hang(method="POST")  # held until cleared: a call that waited would hang
+
+    def warn_50_times() -> None:
+        for n in range(50):
+            recorder.warning(Involved.node("node-a"), "GpuUnhealthy", f"event {n}")
+
+    caller = threading.Thread(target=warn_50_times)
+    caller.start()
+    assert wait_for(lambda: not caller.is_alive())  # all 50 returned while the API hangs...
+    assert wait_for(lambda: hang.hits >= 1)  # ...with the first post held there
+    assert apiserver.list("events", "default") == []
     apiserver.faults.clear(hang)
     assert len(wait_events(apiserver, 50, timeout_s=30)) == 50

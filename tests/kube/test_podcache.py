@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -65,16 +66,28 @@ def test_waiters_recheck_after_listeners_have_seen_the_change(
     """A waiter may wait on what a listener keeps (Allocate waits on the pending-pod index): it
     must be woken after the listener, not only before it, or it sleeps through the change."""
     seen: list[str] = []
+    checks: list[tuple[bool, bool]] = []  # at each look: the cache holds the pod, the listener saw it
+    looked = threading.Event()
 
     def slow_listener(kind: str, pod: Obj) -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # a slow listener (not a synchronisation): a waiter woken early looks meanwhile
         seen.append(pod["metadata"]["name"])
 
+    def listened(c: PodCache) -> bool:
+        checks.append(("watched" in names(c), "watched" in seen))
+        looked.set()
+        return "watched" in seen
+
     cache.add_listener(slow_listener)
+    # The waiter waits before the pod is created (its first look runs under the cache's lock, so
+    # the event cannot come between that look and the wait); from then only the cache wakes it.
+    waiter = threading.Thread(target=cache.wait_until, args=(listened, WAIT_S))
+    waiter.start()
+    assert looked.wait(WAIT_S)
     apiserver.create("pods", pod_object("watched", "node-a"))
-    began = time.monotonic()
-    assert cache.wait_until(lambda _: "watched" in seen, WAIT_S)
-    assert time.monotonic() - began < WAIT_S / 2
+    waiter.join()
+    assert checks[-1] == (True, True)
+    assert (True, False) not in checks  # never woken between the cache's change and the listener
 
 
 def test_a_pod_bound_to_this_node_appears_and_others_never_do(

@@ -4,7 +4,6 @@ API-server emulator over HTTP (pod cache, events, outbox) with a real ledger on 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -15,6 +14,7 @@ from deviceplugin.fit import objects
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
+from tests.kube.waiting import wait_for
 from tests.plugin.rig import GPUS, MEM, NODE, NUM, WAIT_S, Rig, close_rig, envs, fails, ids, make_rig
 
 # --- the documented example ----------------------------------------------------------------
@@ -40,11 +40,9 @@ def test_two_1024_mib_pods_on_gpu_0(share: Rig) -> None:
         pod = share.apiserver.get("pods", name, "ml") or {}
         return bool(pod.get("metadata", {}).get("annotations", {}).get("volcano.sh/gpu-assigned") == "true")
 
-    deadline = time.monotonic() + WAIT_S
-    while not (assigned("first") and assigned("second")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert assigned("first") and assigned("second")
-    assert share.ledger.outbox_size() == 0
+    assert wait_for(lambda: assigned("first") and assigned("second"), WAIT_S)
+    # The pass forgets its entries after its last patch has landed, not with it.
+    assert wait_for(lambda: share.ledger.outbox_size() == 0, WAIT_S)
 
 
 def test_index_strategy(share: Rig) -> None:
@@ -149,11 +147,14 @@ def test_terminating_pod_is_skipped(tmp_path: Path) -> None:
 
 
 def test_a_pod_arriving_during_the_wait_is_served(share: Rig) -> None:
-    share.allocator.timeout_s = 5.0
-    threading.Timer(0.3, lambda: share.pod("late-comer", [("c", 32)])).start()
-    started = time.monotonic()
-    share.allocator.allocate(ids(0, 0, 32))
-    assert time.monotonic() - started < 5.0
+    share.allocator.timeout_s = 60.0  # far longer than the test: the pod comes during the wait
+    served: list[pb.ContainerAllocateResponse] = []
+    call = threading.Thread(target=lambda: served.append(share.allocator.allocate(ids(0, 0, 32))))
+    call.start()
+    assert wait_for(lambda: share.allocator.stats.waiting() == {MEM: 1}, WAIT_S)
+    share.pod("late-comer", [("c", 32)])
+    call.join()
+    assert len(served) == 1
     assert [a.pod_name for a in share.ledger.active()] == ["late-comer"]
 
 
@@ -395,14 +396,13 @@ def test_bad_device_ids(share: Rig, device_ids: list[str], fragment: str) -> Non
 
 def test_no_matching_pod_fails_after_the_wait(share: Rig) -> None:
     share.pod("other-size", [("c", 10)])
-    started = time.monotonic()
     fails(
         share,
         ids(0, 0, 11),
         grpc.StatusCode.FAILED_PRECONDITION,
         "node node-a: no pod bound here has a container waiting for 11 unit(s) of volcano.sh/gpu-memory",
+        "(waited 1s; 1 pod(s) on the node)",
     )
-    assert 0.9 < time.monotonic() - started < 5
     assert share.events_about(NODE)[0]["reason"] == "GpuAllocationFailed"
 
 
@@ -412,12 +412,10 @@ def test_api_outage_serves_from_the_cache_and_fails_clearly_without_it(share: Ri
     share.apiserver.drop_watches()
     assert share.pods.wait_until(lambda c: not c.synced, WAIT_S)
     share.allocator.allocate(ids(0, 0, 10))  # the cache still holds it
-    started = time.monotonic()
     fails(
         share,
         ids(0, 10, 12),
         grpc.StatusCode.DEADLINE_EXCEEDED,
         "the pod cache has not heard from the API server",
     )
-    assert time.monotonic() - started < 3
     share.apiserver.faults.clear()

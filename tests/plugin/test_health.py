@@ -11,6 +11,7 @@ import pytest
 from deviceplugin.gpu.base import XidEvent
 from deviceplugin.gpu.fake import FakeBackend
 from deviceplugin.gpu.health import APPLICATION_XIDS, HealthMonitor, HealthState, XidPolicy
+from tests.kube.waiting import WAIT_S, wait_for
 
 
 @pytest.mark.parametrize(
@@ -121,15 +122,6 @@ def test_recovery_needs_the_quiet_period_and_a_passing_probe(fake: FakeBackend) 
     assert monitor.state.snapshot()[1][uuid]
 
 
-def wait_until(predicate: object, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_monitor_thread_sees_an_injected_xid_promptly(fake: FakeBackend) -> None:
     monitor = monitor_for(fake, Clock())
     monitor.start()
@@ -139,12 +131,12 @@ def test_monitor_thread_sees_an_injected_xid_promptly(fake: FakeBackend) -> None
         woke = threading.Event()
 
         def waiter() -> None:
-            monitor.state.wait_change(version, 5)
+            monitor.state.wait_change(version, 3600)  # returns on the change, not at the end
             woke.set()
 
         threading.Thread(target=waiter, daemon=True).start()
         fake.inject_xid(uuid, 79)
-        assert woke.wait(5)
+        assert woke.wait(WAIT_S)
         assert healthy_flags(monitor) == [True, True, False]
     finally:
         monitor.stop()
@@ -157,8 +149,8 @@ def test_failed_wait_fences_every_gpu_then_they_recover(fake: FakeBackend) -> No
     monitor.start()
     try:
         fake.inject_wait_error("GPU is lost")
-        assert wait_until(lambda: healthy_flags(monitor) == [False, False, False])
-        assert wait_until(lambda: healthy_flags(monitor) == [True, True, True])
+        assert wait_for(lambda: healthy_flags(monitor) == [False, False, False])
+        assert wait_for(lambda: healthy_flags(monitor) == [True, True, True])
     finally:
         monitor.stop()
 
@@ -207,12 +199,13 @@ def test_wake_returns_a_waiter_without_a_change() -> None:
     returned = threading.Event()
 
     def waiter() -> None:
-        state.wait_change(version, 30)
+        state.wait_change(version, 3600)
         returned.set()
 
-    thread = threading.Thread(target=waiter, daemon=True)
-    thread.start()
-    time.sleep(0.05)
-    state.wake()
-    assert returned.wait(5)
+    def woken() -> bool:  # a wake before the waiter waits is not its wake-up: wake until it returns
+        state.wake()
+        return returned.is_set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    assert wait_for(woken)  # long before its hour
     assert state.snapshot()[0] == version
