@@ -312,12 +312,13 @@ def test_only_extended_resource_names_register(
 
 
 def test_register_fails_when_nobody_serves_the_endpoint(kubelet: KubeletEmulator) -> None:
-    started = time.monotonic()
     with pytest.raises(grpc.RpcError) as error:
         register(kubelet.directory, endpoint="nobody.sock")
-    # The dial happens inside Register and blocks for the whole timeout.
-    assert time.monotonic() - started >= DIAL_TIMEOUT_S
-    assert "failed to dial device plugin" in error.value.details()
+    # The dial happens inside Register and waits out the whole timeout.
+    path = kubelet.directory / "nobody.sock"
+    assert error.value.details() == (
+        f"failed to dial device plugin: {path} did not answer within {DIAL_TIMEOUT_S:g} s"
+    )
     (record,) = kubelet.registrations
     assert not record.ok and "nobody.sock" in (record.error or "")
     assert kubelet.resource(RESOURCE) is None
@@ -482,9 +483,7 @@ def test_stop_leaves_no_socket_and_no_threads(plugin_dir: Path) -> None:
 
 
 def test_wait_for_times_out(kubelet: KubeletEmulator) -> None:
-    started = time.monotonic()
     assert not kubelet.wait_for(lambda emulator: False, 0.05)
-    assert time.monotonic() - started < 1.0
 
 
 def test_listener_sees_each_change_in_order(plugin_dir: Path) -> None:
