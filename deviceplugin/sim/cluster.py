@@ -28,6 +28,7 @@ from deviceplugin.sim import podstatus
 from deviceplugin.sim.admission import Admission
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.apiserver.meta import rfc3339
+from deviceplugin.sim.failures import SimulationError
 from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.sim.nodes import NodeSpec
 from deviceplugin.sim.nodestatus import NodeStatusReporter
@@ -37,10 +38,6 @@ from deviceplugin.sim.workloads import Gang
 STARTUP_S = 30.0
 HTTP_TIMEOUT_S = 10.0
 _METRICS_PORT = re.compile(r"metrics listening.*port=(\d+)")
-
-
-class SimulationError(Exception):
-    """A part of the simulated cluster did not start or did not behave."""
 
 
 @dataclass

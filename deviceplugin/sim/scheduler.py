@@ -35,6 +35,7 @@ from deviceplugin.sim import kubefilters
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.apiserver.errors import ApiError
 from deviceplugin.sim.apiserver.meta import rfc3339
+from deviceplugin.sim.failures import SimulationError
 from deviceplugin.sim.workloads import Gang, Obj
 
 HTTP_TIMEOUT_S = 10.0
@@ -59,11 +60,15 @@ class Decision:
 
 
 def _post(url: str, body: object) -> Any:
+    """An extender's answer; an extender that does not answer is the simulation's failure."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError) as err:
+        raise SimulationError(f"extender {url}: {err}") from None
 
 
 def _asked(pod: Obj) -> set[str]:
@@ -96,9 +101,9 @@ class SimScheduler:
     def _interested(self, pod: Obj) -> list[Extender]:
         asked = _asked(pod)
         return [
-            extender
-            for strategy, extender in sorted(self.extenders.items())
-            if asked & {resource.name for resource in RESOURCES[extender.config.strategy]}
+            self.extenders[strategy]
+            for strategy in sorted(self.extenders)
+            if asked & {resource.name for resource in RESOURCES[self.extenders[strategy].config.strategy]}
         ]
 
     def _decide(self, pod: Obj, reserved: Mapping[str, Sequence[Obj]]) -> Decision:

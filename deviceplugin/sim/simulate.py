@@ -23,7 +23,8 @@ from typing import Any
 
 from deviceplugin.fit import keys
 from deviceplugin.sim import report
-from deviceplugin.sim.cluster import SimCluster, SimulationError
+from deviceplugin.sim.cluster import SimCluster
+from deviceplugin.sim.failures import SimulationError
 from deviceplugin.sim.nodes import DEFAULT_NODES, NodeSpec, NodeSpecError, parse_node_options
 from deviceplugin.sim.report import PodReport
 from deviceplugin.sim.scenario import Scenario, read_scenario
