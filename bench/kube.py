@@ -22,7 +22,7 @@ from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.devices import Layout
-from deviceplugin.plugin.nodestate import wanted_node_state
+from deviceplugin.plugin.families import node_family_of
 from deviceplugin.sim.apiserver import ApiServerEmulator
 
 BAR_S = 1.0
@@ -88,7 +88,7 @@ def node_latency(server: ApiServerEmulator, kube: Kube, rounds: int) -> tuple[fl
     health = HealthState(tuple(g.uuid for g in GPUS))
     watch = NodeWatch(kube, "node-a")
     publisher = NodePublisher(
-        kube, watch, lambda: wanted_node_state("share", GPUS, health.snapshot()[1], Layout(4)), health
+        kube, watch, lambda: node_family_of("share").node_state(GPUS, health.snapshot()[1], Layout(4)), health
     )
     publisher.start()
     watch.start()

@@ -12,7 +12,6 @@ import grpc
 
 from deviceplugin import logs
 from deviceplugin.config import DaemonConfig
-from deviceplugin.fit import keys
 from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.exclude import GpuExclusion
@@ -25,18 +24,11 @@ from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, LedgerError, StorageListener
 from deviceplugin.ledgerfiles import StorageError
-from deviceplugin.plugin.allocate import AccountingAllocator, AllocationStats, Allocator, PodAllocator
-from deviceplugin.plugin.devices import (
-    RESOURCES,
-    DeviceList,
-    FactorError,
-    Layout,
-    check_layout,
-    smallest_factor,
-)
-from deviceplugin.plugin.gpushare import GpushareAllocator
+from deviceplugin.plugin.allocate import AllocationStats, Allocator, PodAllocator
+from deviceplugin.plugin.devices import DeviceList, FactorError, Layout, check_layout, smallest_factor
+from deviceplugin.plugin.families import node_family_of
+from deviceplugin.plugin.family import AllocatorParts, NodeFamily, PodApi
 from deviceplugin.plugin.hook import HookPath
-from deviceplugin.plugin.nodestate import wanted_node_state
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.pending import asks_for
 from deviceplugin.plugin.recover import rebuild_ledger
@@ -52,7 +44,6 @@ from deviceplugin.plugin.snapshot import (
     LedgerCounts,
     PodOnGpu,
 )
-from deviceplugin.plugin.vgpu import VgpuAllocator
 from deviceplugin.supervisor import Supervisor
 
 log = logs.get_log(__name__)
@@ -71,7 +62,7 @@ class StartupError(Exception):
 
 def choose_layout(config: DaemonConfig, gpus: tuple[GpuInfo, ...]) -> Layout:
     """The memory factor and split count, checked against kubelet's message limit."""
-    resources = RESOURCES[config.gpu_strategy]
+    resources = node_family_of(config.gpu_strategy).resources
     if isinstance(config.gpu_memory_factor, int):
         factor = config.gpu_memory_factor
     else:
@@ -186,6 +177,7 @@ class KubeSide:
         layout: Layout,
         ledger: Ledger,
         *,
+        family: NodeFamily,
         supervisor: Supervisor,
     ) -> KubeSide:
         pods = PodCache(kube, config.node_name, supervisor=supervisor)
@@ -194,7 +186,7 @@ class KubeSide:
         node = NodePublisher(
             kube,
             watch,
-            lambda: wanted_node_state(config.gpu_strategy, gpu.gpus, gpu.health.snapshot()[1], layout),
+            lambda: family.node_state(gpu.gpus, gpu.health.snapshot()[1], layout),
             gpu.health,
             config.node_resync_interval,
             supervisor=supervisor,
@@ -222,7 +214,7 @@ class KubeSide:
                 events.warning(about, "LedgerUnwritable", f"GPU allocation on this node stops: {problem}")
 
         ledger.add_listener(on_ledger)
-        served = tuple(resource.name for resource in RESOURCES[config.gpu_strategy])
+        served = tuple(resource.name for resource in family.resources)
 
         def on_rejected(pod: Mapping[str, Any], reason: str) -> None:
             if asks_for(pod, served):  # its owner waits for GPUs: say why none come
@@ -231,7 +223,7 @@ class KubeSide:
 
         pods.rejections.add_hook(on_rejected)
         handshake = None
-        if config.gpu_strategy == "vgpu":  # answering Volcano's requests needs no flag
+        if family.answers_handshake:  # answering Volcano's requests needs no flag
             handshake = Handshake(
                 kube,
                 watch,
@@ -259,45 +251,34 @@ NO_API = (
 
 
 def _allocator(
-    config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
+    config: DaemonConfig, family: NodeFamily, devices: DeviceList, gpu: GpuSide, services: Services
 ) -> Allocator | None:
-    """What answers Allocate for the resource; None without an API (no pod can be identified)."""
-    if devices.resource.name == keys.VGPU_CORES:
-        return AccountingAllocator(devices, services.stats)
-    if services.kube is None:
-        return None
+    """What answers Allocate for the resource (the family's choice); None without an API."""
     kube = services.kube
-    options: dict[str, Any] = {
-        "node_name": config.node_name,
-        "id_strategy": config.device_id_strategy,
-        "timeout_s": config.allocate_timeout,
-        "stats": services.stats,
-        "on_outbox": kube.outbox.wake,
-        "pod_resources": config.pod_resources_socket,  # tells apart pods asking the same count
-    }
-    allocator: PodAllocator[Any]
-    if devices.resource.name in (keys.VGPU_NUMBER, keys.VGPU_MEMORY):  # a memory-only container's slot
-        allocator = VgpuAllocator(
-            devices,
-            gpu.health,
-            kube.pods,
-            services.ledger,
-            kube.events,
-            hook_path=services.hook,
-            disable_core_limit=config.vgpu_disable_core_limit,
-            **options,
-        )
-    else:
-        allocator = GpushareAllocator(devices, gpu.health, kube.pods, services.ledger, kube.events, **options)
-    if services.releaser is not None:  # kubelet's records correct a pod served as another
-        services.releaser.add_reconciler(allocator)
+    api = None
+    if kube is not None:
+        options = {
+            "node_name": config.node_name,
+            "id_strategy": config.device_id_strategy,
+            "timeout_s": config.allocate_timeout,
+            "stats": services.stats,
+            "on_outbox": kube.outbox.wake,
+            "pod_resources": config.pod_resources_socket,  # tells apart pods asking the same count
+        }
+        api = PodApi(kube.pods, kube.events, options)
+    parts = AllocatorParts(
+        gpu.health, services.ledger, services.stats, services.hook, config.vgpu_disable_core_limit, api
+    )
+    allocator = family.allocator(devices, parts)
+    if isinstance(allocator, PodAllocator) and services.releaser is not None:
+        services.releaser.add_reconciler(allocator)  # kubelet's records correct a pod served as another
     return allocator
 
 
 def _service(
-    config: DaemonConfig, devices: DeviceList, gpu: GpuSide, services: Services
+    config: DaemonConfig, family: NodeFamily, devices: DeviceList, gpu: GpuSide, services: Services
 ) -> DevicePluginService:
-    allocator = _allocator(config, devices, gpu, services)
+    allocator = _allocator(config, family, devices, gpu, services)
     fault = services.supervisor.inject  # the test hook: makes the calls its file names raise
     if allocator is None:
         return DevicePluginService(devices, gpu.health, unavailable=NO_API, fault=fault)
@@ -351,7 +332,8 @@ class Services:
             raise StartupError(
                 f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
             ) from None
-        if config.gpu_strategy == "vgpu":
+        family = node_family_of(config.gpu_strategy)  # chosen once per start (a reload starts anew)
+        if family.uses_hook:
             try:
                 self.hook.prepare()
             except OSError as err:
@@ -360,7 +342,9 @@ class Services:
         self.kube = (
             None
             if api is None
-            else KubeSide.start(api, config, gpu, layout, self.ledger, supervisor=self.supervisor)
+            else KubeSide.start(
+                api, config, gpu, layout, self.ledger, family=family, supervisor=self.supervisor
+            )
         )
         self.releaser = Releaser(
             self.ledger,
@@ -368,15 +352,16 @@ class Services:
             config.pod_resources_socket,
             interval_s=config.reconcile_interval,
             grace_s=config.release_grace_period,
-            on_released=self._on_released if config.gpu_strategy == "vgpu" else lambda _uid: None,
+            on_released=self._on_released if family.uses_hook else lambda _uid: None,
             supervisor=self.supervisor,
             rebuild=self._rebuilder(config),
         )
         servers = [
             PluginServer(
-                _service(config, DeviceList(resource, gpu.gpus, layout), gpu, self), config.device_plugin_dir
+                _service(config, family, DeviceList(resource, gpu.gpus, layout), gpu, self),
+                config.device_plugin_dir,
             )
-            for resource in RESOURCES[config.gpu_strategy]
+            for resource in family.resources
         ]
         self.releaser.start()  # after the allocators joined it (a rebuild needs them), before kubelet calls
         self.registrar = Registrar(

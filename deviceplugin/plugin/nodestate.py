@@ -1,4 +1,5 @@
-"""What this node tells the scheduler through its Node object (SPEC §2, §5)."""
+"""Pieces of what a node tells the scheduler through its Node object (SPEC §2, §5); each device
+family (`plugin.families`) puts its own together."""
 
 from __future__ import annotations
 
@@ -10,30 +11,31 @@ from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import GpuState
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.node import NodeState
-from deviceplugin.plugin.devices import RESOURCES, Layout
+from deviceplugin.plugin.devices import Layout, Resource
 
 
-def wanted_node_state(
-    strategy: Strategy, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout
+def node_state(
+    strategy: Strategy,
+    resources: tuple[Resource, ...],
+    layout: Layout,
+    annotations: Mapping[str, str | None],
+    node_resources: Mapping[str, str] | None = None,
 ) -> NodeState:
-    """Every strategy: label `volcano.sh/gpu-strategy` = the strategy, so schedulers (the extender,
-    kube-scheduler node affinity) offer a node only the pods its resources serve.
-    share: node status `volcano.sh/gpu-number` = GPU count, so Volcano can derive memory per card.
-    share and number: `volcano.sh/gpu-unhealthy-ids` lists unhealthy GPU indices (absent when none).
-    vgpu: `volcano.sh/node-vgpu-register` describes every GPU, health included.
-    Strategies advertising memory units: `volcano.sh/gpu-memory-factor` = MiB per unit."""
-    annotations: dict[str, str | None] = {}
-    resources: dict[str, str] = {}
-    if strategy in ("share", "number"):
-        unhealthy = [str(gpu.index) for gpu in gpus if not health.get(gpu.uuid, False)]
-        annotations[keys.GPU_UNHEALTHY_IDS] = ",".join(unhealthy) or None
-    else:
-        annotations[keys.NODE_VGPU_REGISTER] = vgpu_register(gpus, health, layout)
-    if any(resource.memory_based for resource in RESOURCES[strategy]):
-        annotations[keys.GPU_MEMORY_FACTOR] = str(layout.factor)
-    if strategy == "share":
-        resources[keys.GPU_NUMBER] = str(len(gpus))
-    return NodeState(annotations=annotations, resources=resources, labels={keys.GPU_STRATEGY_LABEL: strategy})
+    """A family's node state plus what every strategy publishes: the label
+    `volcano.sh/gpu-strategy` = the strategy, so schedulers (the extender, kube-scheduler node
+    affinity) offer a node only the pods its resources serve; and, when a resource advertises
+    memory units, `volcano.sh/gpu-memory-factor` = MiB per unit."""
+    notes = dict(annotations)
+    if any(resource.memory_based for resource in resources):
+        notes[keys.GPU_MEMORY_FACTOR] = str(layout.factor)
+    return NodeState(
+        annotations=notes, resources=dict(node_resources or {}), labels={keys.GPU_STRATEGY_LABEL: strategy}
+    )
+
+
+def unhealthy_ids(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool]) -> str | None:
+    """`volcano.sh/gpu-unhealthy-ids`: the unhealthy GPUs' indices (None, the key removed: none)."""
+    return ",".join(str(gpu.index) for gpu in gpus if not health.get(gpu.uuid, False)) or None
 
 
 def vgpu_register(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> str:

@@ -15,7 +15,7 @@ from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.node import NodePublisher, NodeState, NodeWatch
 from deviceplugin.plugin.devices import Layout
-from deviceplugin.plugin.nodestate import wanted_node_state
+from deviceplugin.plugin.families import node_family_of
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
 from tests.kube.waiting import WAIT_S, wait_for
@@ -45,7 +45,7 @@ def start(apiserver: ApiServerEmulator, kube: Kube, health: HealthState) -> Iter
         publisher = NodePublisher(
             kube,
             watch,
-            lambda: wanted_node_state(strategy, GPUS, health.snapshot()[1], Layout(4)),
+            lambda: node_family_of(strategy).node_state(GPUS, health.snapshot()[1], Layout(4)),
             health,
             resync_s,
         )
@@ -243,4 +243,4 @@ def test_existing_values_are_not_rewritten(apiserver: ApiServerEmulator, start: 
 )
 def test_wanted_state_per_strategy(strategy: Strategy, expected: NodeState) -> None:
     health = {"GPU-0": True, "GPU-1": True, "GPU-2": False}
-    assert wanted_node_state(strategy, GPUS, health, Layout(4)) == expected
+    assert node_family_of(strategy).node_state(GPUS, health, Layout(4)) == expected

@@ -1,0 +1,96 @@
+"""The node-side device families by strategy: the one place the daemon's strategy picks code
+(docs/families.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from deviceplugin.fit import keys
+from deviceplugin.fit.families import family_of
+from deviceplugin.fit.keys import Strategy
+from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.kube.node import NodeState
+from deviceplugin.plugin.allocate import AccountingAllocator, Allocator
+from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout, Resource
+from deviceplugin.plugin.family import AllocatorParts, NodeFamily
+from deviceplugin.plugin.gpushare import GpushareAllocator
+from deviceplugin.plugin.nodestate import node_state, unhealthy_ids, vgpu_register
+from deviceplugin.plugin.vgpu import VgpuAllocator
+
+
+class NumberNode:
+    """`volcano.sh/gpu-number`: whole GPUs, one device per GPU; unhealthy GPUs listed by index."""
+
+    strategy: Strategy = "number"
+    uses_hook = False
+    answers_handshake = False
+
+    @property
+    def resources(self) -> tuple[Resource, ...]:
+        return RESOURCES[self.strategy]
+
+    def node_state(self, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> NodeState:
+        return node_state(
+            self.strategy, self.resources, layout, {keys.GPU_UNHEALTHY_IDS: unhealthy_ids(gpus, health)}
+        )
+
+    def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        api = parts.api
+        if api is None:
+            return None
+        return GpushareAllocator(devices, parts.health, api.pods, parts.ledger, api.events, **api.options)
+
+
+class ShareNode(NumberNode):
+    """`volcano.sh/gpu-memory`: memory units; also the GPU count in the node's status
+    (`volcano.sh/gpu-number`), from which Volcano derives memory per card."""
+
+    strategy: Strategy = "share"
+
+    def node_state(self, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> NodeState:
+        notes = {keys.GPU_UNHEALTHY_IDS: unhealthy_ids(gpus, health)}
+        return node_state(self.strategy, self.resources, layout, notes, {keys.GPU_NUMBER: str(len(gpus))})
+
+
+class VgpuNode:
+    """HAMi's vGPU resources: count and memory matched to the pod's `devices-to-allocate`, cores
+    accounted only; every GPU described in `volcano.sh/node-vgpu-register`."""
+
+    strategy: Strategy = "vgpu"
+    uses_hook = True
+    answers_handshake = True
+
+    @property
+    def resources(self) -> tuple[Resource, ...]:
+        return RESOURCES[self.strategy]
+
+    def node_state(self, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> NodeState:
+        notes = {keys.NODE_VGPU_REGISTER: vgpu_register(gpus, health, layout)}
+        return node_state(self.strategy, self.resources, layout, notes)
+
+    def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        if devices.resource.name == keys.VGPU_CORES:  # the vgpu-number Allocate does the work
+            return AccountingAllocator(devices, parts.stats)
+        api = parts.api
+        if api is None:
+            return None
+        return VgpuAllocator(  # vgpu-number, and vgpu-memory for a memory-only container's slot
+            devices,
+            parts.health,
+            api.pods,
+            parts.ledger,
+            api.events,
+            hook_path=parts.hook,
+            disable_core_limit=parts.disable_core_limit,
+            **api.options,
+        )
+
+
+NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {
+    family.strategy: family for family in (ShareNode(), NumberNode(), VgpuNode())
+}
+
+
+def node_family_of(strategy: str) -> NodeFamily:
+    """The family of `strategy`; ConfigError naming the strategies for any other string."""
+    return NODE_FAMILIES[family_of(strategy).strategy]
