@@ -7,6 +7,7 @@ malformed annotation never hides the rest of the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from deviceplugin.fit import (
@@ -41,16 +42,13 @@ def node_report(node: objects.Obj, pods: Iterable[objects.Obj]) -> NodeReport:
         factor, factor_problem = memory_factor(node)
     except FitInputError as err:
         return NodeReport(name, node_address(node), "unknown", 1, (), (f"node object unreadable: {err}",))
-    if strategy == "none":
+    read = _READERS.get(strategy)
+    if read is None:  # "none": no GPU resource
         return NodeReport(name, node_address(node), strategy, factor, (), (NO_GPUS,))
     if factor_problem:
         problems.append(factor_problem)
     active = _active_pods(pods, problems)
-    gpus: tuple[GpuReport, ...] = ()
-    if strategy == "vgpu":
-        gpus = _vgpu(node, active, factor, problems)
-    elif strategy in ("share", "number"):
-        gpus = _gpushare(node, active, factor, strategy == "number", problems)
+    gpus = read(node, active, factor, problems)
     return NodeReport(name, node_address(node), strategy, factor, gpus, tuple(problems))
 
 
@@ -97,7 +95,7 @@ def _without_annotation(node: objects.Obj, key: str) -> dict[str, Any]:
 
 
 def _gpushare(
-    node: objects.Obj, pods: Mapping[str, objects.Obj], factor: int, number: bool, problems: list[str]
+    node: objects.Obj, pods: Mapping[str, objects.Obj], factor: int, problems: list[str], *, number: bool
 ) -> tuple[GpuReport, ...]:
     # Number mode publishes no memory: zero memory per card keeps the fit's card list and booking.
     source = _with_status(node, {keys.GPU_MEMORY: "0"}) if number else node
@@ -188,6 +186,16 @@ def _vgpu_report(gpu: GpuState, pods: Mapping[str, objects.Obj], factor: int) ->
         pod_limit=gpu.split_count,
         pods=_sorted(on_gpu),
     )
+
+
+Reader = Callable[[objects.Obj, Mapping[str, objects.Obj], int, list[str]], tuple[GpuReport, ...]]
+
+# How each strategy's GPUs are read and shown (number mode shows whole cards, no memory).
+_READERS: Mapping[str, Reader] = {
+    "share": partial(_gpushare, number=False),
+    "number": partial(_gpushare, number=True),
+    "vgpu": _vgpu,
+}
 
 
 # --- pods ---------------------------------------------------------------------------------------
