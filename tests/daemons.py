@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deviceplugin.gpu.fake import fake_uuid
 from deviceplugin.sim.kubelet import KubeletEmulator, ResourceState
+from tests.kube.waiting import wait_for
 
 TIMEOUT_S = 20.0
 NODE = "node-1"  # the daemon's node in the end-to-end tests
@@ -69,12 +70,8 @@ def wait(kubelet: KubeletEmulator, predicate: Callable[[KubeletEmulator], bool],
 
 def eventually(check: Callable[[], bool], daemon: Daemon | None = None, timeout_s: float = TIMEOUT_S) -> None:
     """Poll `check` until it holds; fail (with the daemon's output, if any) when it never does."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s} s\n{daemon.output()[-4000:] if daemon else ''}")
+    if not wait_for(check, timeout_s):
+        raise AssertionError(f"not within {timeout_s} s\n{daemon.output()[-4000:] if daemon else ''}")
 
 
 def state(kubelet: KubeletEmulator, name: str) -> ResourceState:

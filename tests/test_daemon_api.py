@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,7 +63,8 @@ def test_node_state_and_pod_cache(apiserver: ApiServerEmulator, running: tuple[D
     eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-memory-factor") == "1", daemon)
     eventually(lambda: gpu_number(apiserver) == "2", daemon)
     eventually(lambda: "pod cache listed" in daemon.output(), daemon)
-    assert apiserver.requests.count(path="fieldSelector=spec.nodeName%3Dnode-1") >= 2
+    # list, then watch: logged after the list, the line does not say the watch is open yet
+    eventually(lambda: apiserver.requests.count(path="fieldSelector=spec.nodeName%3Dnode-1") >= 2, daemon)
 
 
 def test_unhealthy_gpu_reaches_the_node_and_an_event(
@@ -73,7 +73,8 @@ def test_unhealthy_gpu_reaches_the_node_and_an_event(
     daemon, events = running
     inject(events, xid=79, uuid=fake_uuid(1))
     eventually(lambda: node_annotations(apiserver).get("volcano.sh/gpu-unhealthy-ids") == "1", daemon)
-    assert state(kubelet, "volcano.sh/gpu-memory").allocatable == 1000
+    # kubelet hears it on its own path (ListAndWatch), not necessarily before the node annotation
+    assert kubelet.wait_for(lambda k: state(k, "volcano.sh/gpu-memory").allocatable == 1000, TIMEOUT_S)
 
     def event_posted() -> bool:
         return any(e["reason"] == "GpuUnhealthy" for e in apiserver.list("events", "default"))
@@ -91,10 +92,16 @@ def test_api_outage_does_not_stop_the_daemon(
     eventually(lambda: "volcano.sh/gpu-memory-factor" in node_annotations(apiserver), daemon)
     apiserver.faults.error(503)
     apiserver.drop_watches()
+    before = len(apiserver.requests.records())
     inject(events, xid=79, uuid=fake_uuid(0))
     # kubelet still hears about it: ListAndWatch does not depend on the API server
     assert kubelet.wait_for(lambda k: state(k, "volcano.sh/gpu-memory").allocatable == 1000, TIMEOUT_S)
-    time.sleep(1)
+
+    def node_publisher_refused() -> bool:  # its read or its write of the node, refused
+        records = apiserver.requests.records()[before:]
+        return any(r.code == 503 and f"/nodes/{NODE}" in r.path for r in records)
+
+    eventually(node_publisher_refused, daemon)  # the daemon tried to publish it, and failed
     apiserver.faults.clear()
     apiserver.faults.hang()  # then the API stops answering at all
     kubelet.restart()

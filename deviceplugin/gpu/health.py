@@ -197,6 +197,7 @@ class HealthMonitor:
                 self.state.set((uuid,), healthy=True, reason=reason)
             else:
                 self._last_fault[uuid] = now
+                log.info("gpu still unhealthy: probe failed", gpu=uuid, retry_s=self.recovery_s)
 
     def _run(self) -> None:
         while not self._worker.stopping.is_set():
