@@ -38,7 +38,7 @@ from deviceplugin.fit.errors import (
     RequestError,
 )
 from deviceplugin.fit.filters import type_allowed, uuid_allowed
-from deviceplugin.fit.gpushare import fit_gpushare, pod_gpu_memory, pod_gpu_number
+from deviceplugin.fit.gpushare import fit_gpushare, fit_number, fit_share, pod_gpu_memory, pod_gpu_number
 from deviceplugin.fit.model import (
     Assigned,
     Compat,
@@ -104,6 +104,8 @@ __all__ = [
     "encode_node_register",
     "encode_pod_devices",
     "fit_gpushare",
+    "fit_number",
+    "fit_share",
     "fit_vgpu",
     "format_gpu_index",
     "gpu_score",

@@ -13,16 +13,8 @@ from typing import Literal
 
 from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.errors import QuantityError, RequestError
-from deviceplugin.fit.model import (
-    BINPACK,
-    SPREAD,
-    Assigned,
-    Compat,
-    FitResult,
-    GpuState,
-    check_policy,
-    is_volcano_compat,
-)
+from deviceplugin.fit.model import Assigned, Compat, FitResult, GpuState, is_volcano_compat
+from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.fit.quantity import go_quantity_value, parse_quantity
 
 Strategy = Literal["share", "number"]
@@ -101,7 +93,7 @@ def fit_share(
     """The pod's memory on the lowest-indexed healthy card with enough idle memory. A pod without
     a `gpu-memory` request fits with no devices. (`rng` is unused: the choice is never random.)"""
     volcano = is_volcano_compat(compat)
-    policy = check_policy(policy, volcano)
+    chosen = policy_of(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
     pod_name = objects.display_name(pod)
     need = pod_gpu_memory(pod, compat)
@@ -116,7 +108,7 @@ def fit_share(
         )
     card = fitting[0]
     assigned = Assigned(card.uuid, card.index, card.type, need, 0)
-    return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, policy, volcano))
+    return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, chosen, volcano))
 
 
 def fit_number(
@@ -137,7 +129,7 @@ def fit_number(
     placed although the filter passed.
     """
     volcano = is_volcano_compat(compat)
-    policy = check_policy(policy, volcano)
+    chosen = policy_of(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
     healthy = [c for c in ordered if c.health]
     pod_name = objects.display_name(pod)
@@ -157,7 +149,7 @@ def fit_number(
     taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
     devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
     return FitResult(
-        ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, policy, volcano)
+        ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, chosen, volcano)
     )
 
 
@@ -186,15 +178,15 @@ def _volcano_memory_branch(
     return FitResult(ok=True, devices=((assigned,),))
 
 
-def _share_score(card: GpuState, need: int, policy: str, volcano: bool) -> float:
-    if volcano or not policy or card.memory <= 0:
+def _share_score(card: GpuState, need: int, policy: Policy, volcano: bool) -> float:
+    if volcano or policy.prefer is None or card.memory <= 0:
         return 0.0
     used = min(card.memory, card.used_memory + need) / card.memory
-    return 100.0 * (used if policy == BINPACK else 1.0 - used)
+    return 100.0 * policy.prefer(used, 1.0 - used)
 
 
-def _number_score(healthy: int, idle_after: int, policy: str, volcano: bool) -> float:
-    if volcano or not policy or healthy == 0:
+def _number_score(healthy: int, idle_after: int, policy: Policy, volcano: bool) -> float:
+    if volcano or policy.prefer is None or healthy == 0:
         return 0.0
     idle = idle_after / healthy
-    return 100.0 * (idle if policy == SPREAD else 1.0 - idle)
+    return 100.0 * policy.prefer(1.0 - idle, idle)

@@ -16,18 +16,16 @@ from deviceplugin.fit.errors import NodeRegisterError, QuantityError, RequestErr
 from deviceplugin.fit.filters import TypeFilter, UuidFilter
 from deviceplugin.fit.mig import GroupSlot, pick_slot, pick_slot_volcano
 from deviceplugin.fit.model import (
-    BINPACK,
     DEFAULT_VGPU_CONFIG,
-    SPREAD,
     Assigned,
     Compat,
     ContainerRequest,
     FitResult,
     GpuState,
     VgpuConfig,
-    check_policy,
     is_volcano_compat,
 )
+from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.fit.quantity import go_quantity_as_int64, quantity_as_int64
 
 _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
@@ -185,28 +183,13 @@ def has_vgpu_request(
 # --- scores ----------------------------------------------------------------------------------
 
 
-def _card_score(policy: str, used_num: int, used_memory: int, memory: int, volcano: bool) -> float:
-    if policy == BINPACK:
-        if memory == 0:
-            # Go float division: x/0 is +Inf, 0/0 is NaN. The default scores an empty card 0.
-            return (math.nan if used_memory == 0 else math.inf) if volcano else 0.0
-        if volcano:  # float64 of Go's uint counters
-            return 100.0 * (float(goint.uint64(used_memory)) / float(goint.uint64(memory)))
-        return 100.0 * (used_memory / memory)
-    if policy == SPREAD:
-        # A card that was idle before this pod earns the bonus. Volcano tests `UsedNum == 0`
-        # after adding the pod, which never holds, so its spread score is always 0 (B3).
-        return 100.0 if used_num == (0 if volcano else 1) else 0.0
-    return 0.0
-
-
 def gpu_score(gpu: GpuState, policy: str | None, compat: Compat = None) -> float:
     """Score of one card holding the pod (call with the card's usage *after* adding the pod).
 
     binpack: 100 x used/total memory; spread: 100 for a card that was idle; unset: 0.
     """
     volcano = is_volcano_compat(compat)
-    return _card_score(check_policy(policy, volcano), gpu.used_num, gpu.used_memory, gpu.memory, volcano)
+    return policy_of(policy, volcano).card_score(gpu.used_num, gpu.used_memory, gpu.memory, volcano)
 
 
 def node_score(score: float, weight: int) -> float:
@@ -224,14 +207,13 @@ def node_score(score: float, weight: int) -> float:
 
 
 def _card_order(
-    policy: str, cards: Sequence[GpuState], used_num: list[int], used_mem: list[int], volcano: bool
+    policy: Policy, cards: Sequence[GpuState], used_num: list[int], used_mem: list[int], volcano: bool
 ) -> list[int]:
     """Visiting order for one container, from the counters as they stand before it."""
     positions = range(len(cards))
-    if policy == BINPACK:
-        return sorted(positions, key=lambda p: (-used_mem[p], cards[p].index))
-    if policy == SPREAD:
-        return sorted(positions, key=lambda p: (used_num[p], cards[p].index))
+    key = policy.card_key
+    if key is not None:
+        return sorted(positions, key=lambda p: key(cards[p], used_num[p], used_mem[p]))
     if volcano:
         return _volcano_unset_order(cards)
     return sorted(positions, key=lambda p: -cards[p].index)
@@ -327,7 +309,7 @@ def fit_vgpu(
     `exclusive_rules` are Volcano's `GPUExclusiveRules` (label maps).
     """
     volcano = is_volcano_compat(compat)
-    policy = check_policy(policy, volcano)
+    chosen_policy = policy_of(policy, volcano)
     if not requests:
         return FitResult(ok=True)
     notes = objects.annotations_of(pod)
@@ -379,7 +361,7 @@ def fit_vgpu(
         chosen: list[Assigned] = []
         rejected: list[tuple[int, str]] = []
         uuid_matched = False
-        for pos in _card_order(policy, cards, used_num, used_mem, volcano):
+        for pos in _card_order(chosen_policy, cards, used_num, used_mem, volcano):
             if pos < 0:
                 raise NodeRegisterError(
                     f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
@@ -447,7 +429,7 @@ def fit_vgpu(
                 # Volcano writes the uint memory through int(): a wrapped request reads negative.
                 memory = goint.int64(need) if volcano else need
                 chosen.append(Assigned(device_id, card.index, request.type, memory, request.cores))
-                score += _card_score(policy, used_num[pos], used_mem[pos], card.memory, volcano)
+                score += chosen_policy.card_score(used_num[pos], used_mem[pos], card.memory, volcano)
             if remaining == 0:
                 break
         if remaining > 0:
