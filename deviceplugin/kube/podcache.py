@@ -221,6 +221,10 @@ class ListWatchCache:
         with self._watcher(version, WATCH_TIMEOUT_S) as stream:
             with self._cond:
                 self._stream = stream
+            if self._worker.stopping.is_set():
+                # A stop while the request was out found no stream to close: reading would wait
+                # for the watch's first event.
+                return version
             self._set_watching(True)
             self._worker.turn()  # listed and watching: the loop works
             for event in stream:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from deviceplugin.backoff import Backoff
-from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream
+from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream, load_client
 from deviceplugin.kube.podcache import ListWatchCache, PodCache
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.supervisor import Supervisor
@@ -137,6 +138,22 @@ def test_stop_ends_a_blocked_watch_promptly(apiserver: ApiServerEmulator, kube: 
     assert pods.wait_synced(WAIT_S)
     pods.stop()
     assert not pods.synced
+
+
+def test_a_stop_while_the_watch_opens_ends_it_once_it_opens(tmp_path: Path) -> None:
+    """A stop that comes while the watch request waits for its answer finds no stream to close;
+    the loop must not go on to wait for the watch's first event (a bookmark a minute away on a
+    real server, here an hour)."""
+    with ApiServerEmulator(bookmark_interval_s=3600) as quiet:
+        kube = Kube(load_client(quiet.write_kubeconfig(tmp_path / "kubeconfig")))
+        opening = quiet.faults.hang(path="watch=true")
+        pods = PodCache(kube, "node-a")
+        pods.start()
+        assert wait_for(lambda: opening.hits == 1)  # listed; the watch request is held
+        stopper = threading.Thread(target=pods.stop)
+        stopper.start()
+        quiet.faults.clear(opening)  # the watch opens after the stop
+        assert wait_for(lambda: not stopper.is_alive())  # long before an event could end the read
 
 
 def test_a_listener_failing_on_one_pod_costs_only_that_pod(
