@@ -150,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here, for the chosen command only (see the module's docstring).
     if command == "run":
         from deviceplugin import runner
-        from deviceplugin.config import CONFIG_OPTION, OPTIONS, OptionError
+        from deviceplugin.config import CONFIG_OPTION, OPTIONS
+        from deviceplugin.options import OptionError
         from deviceplugin.plugin.daemon import EXIT_CONFIG
 
         flags = {

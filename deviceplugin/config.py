@@ -1,7 +1,8 @@
 """Daemon configuration from flags, environment and an optional YAML file.
 
 Precedence is flag > environment > file > default. Every option is parsed and checked at start,
-and an error names the option and where its value came from. The config file is a YAML mapping
+and an error names the option and where its value came from (`deviceplugin.options`: the layer and
+value readers the extender's configuration shares). The config file is a YAML mapping
 whose keys are the long flag names (`gpu-strategy: vgpu`); unknown keys are errors. It may be
 volcano-sh/devices' config file instead (`version`, `flags`). The HAMi vGPU plugin's ConfigMaps
 (`--vgpu-device-config`, `--vgpu-node-config`) are files too, ranked above the config file: its
@@ -11,14 +12,28 @@ node entry, then its device config (`deviceplugin.upstream` reads both formats).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from deviceplugin.configfile import read_mapping
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.gpu.exclude import GpuExclusion, parse_exclusion
+from deviceplugin.options import (
+    Layer,
+    Option,
+    OptionError,
+    address,
+    boolean,
+    candidates,
+    choice,
+    file_options,
+    pathname,
+    refuse_unknown,
+    resolve,
+    seconds,
+    text,
+)
 from deviceplugin.upstream.devices import is_devices_config, read_devices_config
 from deviceplugin.upstream.fields import Reading, UpstreamError
 from deviceplugin.upstream.hami import read_device_config, read_node_config
@@ -33,10 +48,8 @@ AUTO = "auto"
 MIN_SECONDS = 0.1
 MAX_SECONDS = 86400.0
 MAX_ALLOCATE_WAIT_S = 60.0
-
-
-class OptionError(ValueError):
-    """A configuration value is missing or invalid; the message names the option and its source."""
+# Volcano drops a node whose handshake answer is 60 s late.
+HANDSHAKE_LIMIT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,89 +92,47 @@ class DaemonConfig:
         return self.device_plugin_dir / "kubelet.sock"
 
 
-def _text(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"expected a single value, got {type(value).__name__}")
-    text = str(value).strip()
-    if not text:
-        raise ValueError("must not be empty")
-    return text
-
-
-def _choice(*choices: str) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        text = _text(value)
-        if text not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return text
-
-    return parse
-
-
 def _positive_int(value: object) -> int:
-    text = _text(value)
-    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+    given_text = text(value)
+    if not given_text.isascii() or not given_text.isdigit() or int(given_text) <= 0:
         raise ValueError("must be a positive whole number")
-    return int(text)
+    return int(given_text)
 
 
 def _factor(value: object) -> int | str:
-    text = _text(value)
-    if text == AUTO:
+    given_text = text(value)
+    if given_text == AUTO:
         return AUTO
     try:
-        return _positive_int(text)
+        return _positive_int(given_text)
     except ValueError:
         raise ValueError("must be a positive whole number of MiB per device, or auto") from None
 
 
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):  # YAML's true/false
-        return value
-    text = _text(value).lower()
-    if text not in ("true", "false"):
-        raise ValueError("must be true or false")
-    return text == "true"
-
-
-def _min_seconds(value: object) -> float:
-    try:
-        seconds = float(_text(value))
-    except ValueError:
-        raise ValueError("must be a number of seconds") from None
-    if not math.isfinite(seconds) or seconds < MIN_SECONDS:
-        raise ValueError(f"must be at least {MIN_SECONDS:g} seconds: shorter only busy-polls a CPU")
-    return seconds
-
-
-def _seconds(value: object) -> float:
-    """An interval, period or timeout: MIN_SECONDS to MAX_SECONDS."""
-    seconds = _min_seconds(value)
-    if seconds > MAX_SECONDS:
-        raise ValueError(f"must be at most {MAX_SECONDS:g} seconds (a day)")
-    return seconds
+BUSY_POLL = "shorter only busy-polls a CPU"
+# An interval, period or timeout: MIN_SECONDS to MAX_SECONDS.
+_seconds = seconds(MIN_SECONDS, MAX_SECONDS, low_why=BUSY_POLL, high_why="a day")
+_allocate_seconds = seconds(
+    MIN_SECONDS,
+    MAX_ALLOCATE_WAIT_S,
+    low_why=BUSY_POLL,
+    high_why="kubelet admits one pod at a time and waits for Allocate without a deadline, so every "
+    "pod on the node waits as long",
+)
 
 
 def _handshake_seconds(value: object) -> float:
-    seconds = _min_seconds(value)
-    if seconds >= 60:
-        raise ValueError("must be below 60: Volcano drops a node whose answer is 60 s late")
-    return seconds
-
-
-def _allocate_seconds(value: object) -> float:
-    seconds = _min_seconds(value)
-    if seconds > MAX_ALLOCATE_WAIT_S:
+    interval = seconds(MIN_SECONDS, math.inf, low_why=BUSY_POLL)(value)
+    if interval >= HANDSHAKE_LIMIT_S:
         raise ValueError(
-            f"must be at most {MAX_ALLOCATE_WAIT_S:g}: kubelet admits one pod at a time and waits for "
-            "Allocate without a deadline, so every pod on the node waits as long"
+            f"must be below {HANDSHAKE_LIMIT_S:g}: Volcano drops a node whose answer is 60 s late"
         )
-    return seconds
+    return interval
 
 
 def _scaling(value: object) -> float:
     try:
-        scaling = float(_text(value))
+        scaling = float(text(value))
     except ValueError:
         raise ValueError("must be a number") from None
     if not math.isfinite(scaling) or scaling <= 0:
@@ -176,59 +147,37 @@ def _core_scaling(value: object) -> float:
     return scaling
 
 
-def _path(value: object) -> Path:
-    return Path(_text(value))
-
-
 def _socket_path(value: object) -> Path:
     """Made absolute from the working directory: gRPC reads `unix://plugins/x.sock` as host `plugins`."""
-    return _path(value).absolute()
-
-
-def _address(value: object) -> str:
-    text = _text(value)
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or " " in host:
-        raise ValueError("must be HOST:PORT or :PORT")
-    return text
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    name: str  # long flag name and config-file key
-    env: str
-    parse: Callable[[object], object]
-    help: str
-    aliases: tuple[str, ...] = ()  # the upstream plugins' flag names for it
-
-    @property
-    def field(self) -> str:
-        return self.name.replace("-", "_")
+    return pathname(value).absolute()
 
 
 OPTIONS: tuple[Option, ...] = (
     Option(
-        "node-name", "NODE_NAME", _text, "this node's name (required; from the downward API in a DaemonSet)"
+        "node-name", "NODE_NAME", text, "this node's name (required; from the downward API in a DaemonSet)"
     ),
-    Option("gpu-strategy", "GPU_STRATEGY", _choice(*STRATEGIES), "share | number | vgpu"),
+    Option("gpu-strategy", "GPU_STRATEGY", choice(*STRATEGIES), "share | number | vgpu"),
     Option("gpu-memory-factor", "GPU_MEMORY_FACTOR", _factor, "MiB per advertised memory device, or auto"),
     Option(
-        "device-id-strategy", "DEVICE_ID_STRATEGY", _choice("uuid", "index"), "NVIDIA_VISIBLE_DEVICES form"
+        "device-id-strategy", "DEVICE_ID_STRATEGY", choice("uuid", "index"), "NVIDIA_VISIBLE_DEVICES form"
     ),
-    Option("fake-gpus", "FAKE_GPUS", _text, "COUNTxMIB or a JSON file: use fake GPUs instead of NVML"),
+    Option("fake-gpus", "FAKE_GPUS", text, "COUNTxMIB or a JSON file: use fake GPUs instead of NVML"),
     Option(
-        "fake-gpu-events", "FAKE_GPU_EVENTS", _path, "JSON-lines file of injected faults (with --fake-gpus)"
+        "fake-gpu-events",
+        "FAKE_GPU_EVENTS",
+        pathname,
+        "JSON-lines file of injected faults (with --fake-gpus)",
     ),
     Option(
         "device-plugin-dir", "DEVICE_PLUGIN_DIR", _socket_path, "kubelet's device-plugin socket directory"
     ),
     Option("pod-resources-socket", "POD_RESOURCES_SOCKET", _socket_path, "kubelet's pod-resources socket"),
-    Option("state-dir", "STATE_DIR", _path, "directory for the allocation ledger"),
-    Option("kubeconfig", "KUBECONFIG", _path, "kubeconfig file (default: in-cluster)"),
+    Option("state-dir", "STATE_DIR", pathname, "directory for the allocation ledger"),
+    Option("kubeconfig", "KUBECONFIG", pathname, "kubeconfig file (default: in-cluster)"),
     Option(
         "metrics-address",
         "METRICS_ADDRESS",
-        _address,
+        address,
         "HOST:PORT for /metrics, /healthz, /readyz (default loopback; the DaemonSet gives the pod IP)",
     ),
     Option(
@@ -237,7 +186,7 @@ OPTIONS: tuple[Option, ...] = (
         _seconds,
         "seconds a request to the metrics listener may take to arrive whole; slower gets 408",
     ),
-    Option("hook-path", "HOOK_PATH", _path, "host directory holding libvgpu.so and ld.so.preload"),
+    Option("hook-path", "HOOK_PATH", pathname, "host directory holding libvgpu.so and ld.so.preload"),
     Option(
         "vgpu-split-count",
         "VGPU_SPLIT_COUNT",
@@ -248,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "vgpu-handshake",
         "VGPU_HANDSHAKE",
-        _bool,
+        boolean,
         "true: write node-vgpu-handshake every interval, asked or not (vgpu; default: answer Volcano only)",
     ),
     Option(
@@ -303,26 +252,25 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "vgpu-disable-core-limit",
         "VGPU_DISABLE_CORE_LIMIT",
-        _bool,
+        boolean,
         "true: HAMi-core does not hold containers to their vgpu-cores (vgpu)",
     ),
     Option("exclude-gpus", "EXCLUDE_GPUS", parse_exclusion, "GPU UUIDs or indices this node does not offer"),
-    Option("vgpu-device-config", "VGPU_DEVICE_CONFIG", _path, "the HAMi vGPU plugin's device-config.yaml"),
-    Option("vgpu-node-config", "VGPU_NODE_CONFIG", _path, "the HAMi vGPU plugin's per-node config.json"),
-    Option("log-format", "LOG_FORMAT", _choice("text", "json"), "text | json"),
-    Option("log-level", "LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
+    Option("vgpu-device-config", "VGPU_DEVICE_CONFIG", pathname, "the HAMi vGPU plugin's device-config.yaml"),
+    Option("vgpu-node-config", "VGPU_NODE_CONFIG", pathname, "the HAMi vGPU plugin's per-node config.json"),
+    Option("log-format", "LOG_FORMAT", choice("text", "json"), "text | json"),
+    Option("log-level", "LOG_LEVEL", choice("debug", "info", "warning", "error"), "log level"),
 )
 CONFIG_OPTION = Option(
     "config",
     "CONFIG_FILE",
-    _path,
+    pathname,
     "YAML file with any of these options, or volcano-sh/devices' config file",
     aliases=("config-file",),
 )
 # What decides which upstream files are read, and for which node: resolved before the others.
 FIRST = ("node-name", "gpu-strategy", "vgpu-device-config", "vgpu-node-config")
 VGPU_ONLY = ("vgpu-memory-scaling", "vgpu-core-scaling", "vgpu-disable-core-limit", *FIRST[2:])
-Layer = dict[str, tuple[object, str]]  # option name -> (raw value, "from <where>")
 
 
 def _reading(path: Path, name: str, reading: Reading) -> tuple[Layer, list[str]]:
@@ -332,16 +280,13 @@ def _reading(path: Path, name: str, reading: Reading) -> tuple[Layer, list[str]]
 
 def read_config_file(path: Path) -> tuple[Layer, list[str]]:
     """The config file's options (own keys, or volcano-sh/devices' format) and notes to log."""
+    loaded = file_options(path)
     try:
-        loaded = read_mapping(path)
         if is_devices_config(loaded):
             return _reading(path, "config file", read_devices_config(loaded))
-    except ValueError as err:  # an UpstreamError too
+    except UpstreamError as err:
         raise OptionError(f"config file {path}: {err}") from None
-    known = {option.name for option in OPTIONS}
-    unknown = sorted(str(key) for key in loaded if key not in known)
-    if unknown:
-        raise OptionError(f"config file {path}: unknown option(s) {', '.join(unknown)}")
+    refuse_unknown(path, loaded, [option.name for option in OPTIONS])
     return {key: (value, f"from {path}") for key, value in loaded.items()}, []
 
 
@@ -371,46 +316,25 @@ def read_hami_files(values: Mapping[str, object]) -> tuple[Layer, list[str]]:
     return layer, notes
 
 
-def _candidates(
-    option: Option, flags: Mapping[str, str | None], env: Mapping[str, str], layers: tuple[Layer, ...]
-) -> list[tuple[object, str]]:
-    """Every value given for the option, with its source, highest rank first."""
-    found: list[tuple[object, str]] = []
-    flag, from_env = flags.get(option.name), env.get(option.env, "")
-    if flag is not None:
-        found.append((flag, f"--{option.name}"))
-    if from_env.strip():
-        found.append((from_env, f"--{option.name} (from env {option.env})"))
-    for layer in layers:
-        if option.name in layer:
-            raw, origin = layer[option.name]
-            found.append((raw, f"--{option.name} ({origin})"))
-    return found
-
-
 def _same(option: Option, raw: object, parsed: object) -> bool:
     try:
-        return option.parse(raw) == parsed
+        return bool(option.parse(raw) == parsed)
     except ValueError:
         return False
 
 
 def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> DaemonConfig:
     """Resolve every option; `flags` maps long option names to the given value or None."""
-    config_path = flags.get(CONFIG_OPTION.name) or env.get(CONFIG_OPTION.env) or None
+    config_path = flags.get(CONFIG_OPTION.name) or env.get(CONFIG_OPTION.env or "") or None
     own, notes = read_config_file(Path(config_path)) if config_path else ({}, [])
     values: dict[str, object] = {}
     hami: Layer = {}  # the HAMi vGPU plugin's files, once the options that name them are known
 
-    def resolve(option: Option, layers: tuple[Layer, ...]) -> None:
-        found = _candidates(option, flags, env, layers)
-        if not found:
+    def settle(option: Option, layers: tuple[Layer, ...]) -> None:
+        resolved = resolve(option, flags, env, layers)
+        if resolved is None:
             return
-        (raw, source), *overridden = found
-        try:
-            values[option.field] = option.parse(raw)
-        except ValueError as err:
-            raise OptionError(f"{source}: invalid value {raw!r}: {err}") from None
+        values[option.field], source, overridden = resolved
         if option.name in hami:  # say where an upstream file's value loses, or wins over the config file
             notes.extend(
                 f"{lower}: {value!r} is overridden by {source}"
@@ -420,18 +344,18 @@ def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Daem
 
     for option in OPTIONS:
         if option.name in FIRST:
-            resolve(option, (own,))
+            settle(option, (own,))
     if "node_name" not in values:
         raise OptionError("--node-name (or env NODE_NAME) is required")
     strategy = values.get("gpu_strategy", "share")
-    given = [f"--{o.name}" for o in OPTIONS if o.name in VGPU_ONLY and _candidates(o, flags, env, (own,))]
+    given = [f"--{o.name}" for o in OPTIONS if o.name in VGPU_ONLY and candidates(o, flags, env, (own,))]
     if strategy != "vgpu" and given:
         raise OptionError(f"{', '.join(given)}: for --gpu-strategy vgpu only (this node runs {strategy})")
     hami, more = read_hami_files(values)
     notes.extend(more)
     for option in OPTIONS:
         if option.name not in FIRST:
-            resolve(option, (hami, own))
+            settle(option, (hami, own))
     if "fake_gpu_events" in values and "fake_gpus" not in values:
         raise OptionError("--fake-gpu-events needs --fake-gpus")
     values["notes"] = tuple(notes)

@@ -11,9 +11,10 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from deviceplugin import logs, memory
-from deviceplugin.config import DaemonConfig, OptionError, load_config
+from deviceplugin.config import DaemonConfig, load_config
 from deviceplugin.httpserver import HttpCollector, HttpStats
 from deviceplugin.metrics import PLUGIN, MetricsServer, registry_for
+from deviceplugin.options import OptionError
 from deviceplugin.plugin.daemon import EXIT_FAILED, Daemon, StartupError, configure_logging
 
 log = logs.get_log(__name__)

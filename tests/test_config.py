@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.config import OPTIONS, DaemonConfig, OptionError, load_config
+from deviceplugin.config import OPTIONS, DaemonConfig, load_config
+from deviceplugin.options import OptionError
 
 
 def flags(**given: str) -> dict[str, str | None]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.config import OPTIONS, OptionError, load_config
+from deviceplugin.config import OPTIONS, load_config
+from deviceplugin.options import OptionError
 
 # option -> (shortest accepted, longest accepted, what a value above the longest is told)
 BOUNDS = {

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from deviceplugin.cli import build_parser
-from deviceplugin.config import DaemonConfig, OptionError, load_config
+from deviceplugin.config import DaemonConfig, load_config
 from deviceplugin.gpu.exclude import GpuExclusion, parse_exclusion
+from deviceplugin.options import OptionError
 from tests.daemons import GPU1
 from tests.test_config import flags
 

@@ -12,23 +12,40 @@ under their own names, so a Volcano configuration can be carried over as is:
 | `deviceshare.SchedulePolicy` | `policy` |
 | `deviceshare.ScheduleWeight` | `weight` |
 
-The three enable switches are mutually exclusive, as in Volcano. Unknown keys and bad values are
-errors that name the option and where the value came from.
+The three enable switches are mutually exclusive, as in Volcano, and read as Volcano reads them
+(Go's strconv.ParseBool). Unknown keys and bad values are errors that name the option and where the
+value came from. `deviceplugin.options` is the layer the daemon's configuration shares: the same
+value readers, precedence and errors.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from deviceplugin.configfile import read_mapping
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.fit.quantity import quantity_ceil
+from deviceplugin.options import (
+    Layer,
+    Option,
+    OptionError,
+    address,
+    boolean,
+    choice,
+    file_options,
+    pathname,
+    read,
+    refuse_unknown,
+    resolve,
+    seconds,
+    text,
+    whole,
+    within,
+)
 
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
@@ -56,10 +73,10 @@ VOLCANO_ENABLES: dict[str, Strategy] = {
 }
 VOLCANO_POLICY = "deviceshare.SchedulePolicy"
 VOLCANO_WEIGHT = "deviceshare.ScheduleWeight"
+_VOLCANO_OPTIONS = {VOLCANO_POLICY: "policy", VOLCANO_WEIGHT: "weight"}
 
-
-class ExtenderConfigError(ValueError):
-    """A configuration value is missing or invalid; the message names the option and its source."""
+# The shared layer's error, by the name the extender's callers know it.
+ExtenderConfigError = OptionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,194 +96,134 @@ class ExtenderConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
-# --- value parsers (raise ValueError with what is wrong; the caller adds option and source) ---
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"expected a single value, got {type(value).__name__}")
-    text = str(value).strip()
-    if not text:
-        raise ValueError("must not be empty")
-    return text
-
-
-def _choice(value: object, choices: tuple[str, ...]) -> str:
-    text = _text(value)
-    if text not in choices:
-        raise ValueError(f"must be one of {', '.join(choices)}, not {text!r}")
-    return text
-
-
-def _int(value: object) -> int:
-    text = _text(value)
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"must be a whole number, not {text!r}") from None
-
-
-def _within(value: float, bounds: tuple[float, float], unit: str) -> None:
-    low, high = bounds
-    if not low <= value <= high:
-        raise ValueError(f"must be from {low:g} to {high:g} {unit}, not {value:g}")
+# --- the extender's own value readers (the shared ones are in deviceplugin.options) ---
 
 
 def _body_bytes(value: object) -> int:
-    text = _text(value)
     try:
-        size = quantity_ceil(text)
+        size = quantity_ceil(text(value))
     except FitInputError:
-        raise ValueError(f"must be a number of bytes (8388608 or 8Mi), not {text!r}") from None
-    _within(size, MAX_BODY_RANGE, "bytes")
+        raise ValueError("must be a number of bytes (8388608 or 8Mi)") from None
+    within(size, *MAX_BODY_RANGE, "bytes")
     return size
 
 
 def _connections(value: object) -> int:
-    count = _int(value)
-    _within(count, MAX_CONNECTIONS_RANGE, "connections")
+    count = whole(value)
+    within(count, *MAX_CONNECTIONS_RANGE, "connections")
     return count
 
 
-def _seconds(value: object) -> float:
-    text = _text(value)
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ValueError(f"must be a number of seconds, not {text!r}") from None
-    if not math.isfinite(seconds):
-        raise ValueError(f"must be a number of seconds, not {text!r}")
-    _within(seconds, REQUEST_TIMEOUT_RANGE, "seconds")
-    return seconds
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = _text(value).lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"must be true or false, not {value!r}")
-
-
 def _compat(value: object) -> str | None:
-    if value is None:
+    given = value.strip() if isinstance(value, str) else text(value)
+    if given in ("", "none"):
         return None
-    text = str(value).strip()
-    if text in ("", "none"):
-        return None
-    if text != "volcano":
-        raise ValueError(f"must be 'volcano' or 'none', not {text!r}")
-    return text
+    if given != "volcano":
+        raise ValueError("must be 'volcano' or 'none'")
+    return given
 
 
-def _address(value: object) -> str:
-    text = _text(value)
-    split_address(text)
-    return text
+_strategy = choice(*STRATEGIES)
+
+OPTIONS: tuple[Option, ...] = (
+    Option("address", None, address, f"listen address HOST:PORT or :PORT [default {DEFAULT_ADDRESS}]"),
+    Option(
+        "strategy",
+        None,
+        _strategy,
+        "GPU family to schedule: share (volcano.sh/gpu-memory), number (volcano.sh/gpu-number), "
+        "vgpu (volcano.sh/vgpu-*) [default share]",
+    ),
+    Option("policy", None, choice(*POLICIES), "node and card order: binpack or spread [default binpack]"),
+    Option(
+        "weight",
+        None,
+        whole,
+        "multiplier of the node score (capped at 10); <= 0 turns scoring off [default 1]",
+    ),
+    Option(
+        "compat",
+        None,
+        _compat,
+        "'volcano' reproduces Volcano's decisions exactly, bugs included [default none]",
+    ),
+    Option(
+        "kubeconfig",
+        "KUBECONFIG",
+        pathname,
+        "kubeconfig file [env KUBECONFIG; default: in-cluster service account]",
+    ),
+    Option("log-format", None, choice(*LOG_FORMATS), "text or json [default text]"),
+    Option("log-level", None, choice(*LOG_LEVELS), "debug, info, warning or error [default info]"),
+    Option(
+        "max-body-bytes",
+        None,
+        _body_bytes,
+        "largest request body, bytes or a quantity (8Mi); larger gets 413 unread "
+        f"[default {DEFAULT_MAX_BODY_BYTES}: NodeNames of 20,000 nodes and a large pod, with margin]",
+    ),
+    Option(
+        "max-connections",
+        None,
+        _connections,
+        "open connections; at the cap a new one closes the one idle longest "
+        f"[default {DEFAULT_MAX_CONNECTIONS}]",
+    ),
+    Option(
+        "request-timeout",
+        None,
+        seconds(*REQUEST_TIMEOUT_RANGE),
+        "seconds a request may take to arrive whole; slower gets 408 "
+        f"[default {DEFAULT_REQUEST_TIMEOUT_S:g}]",
+    ),
+)
+CONFIG_OPTION = Option("config", None, pathname, "YAML config file")
+_NAMES = tuple(option.name for option in OPTIONS)
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """`host:port`, `:port` (every interface) or `[v6]:port` as (host, port); port 0 picks a free one."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"must be HOST:PORT or :PORT, not {address!r}")
-    host = host.strip("[]")
-    return host, int(port)
-
-
-_PARSERS: dict[str, Any] = {
-    "address": _address,
-    "strategy": lambda v: _choice(v, STRATEGIES),
-    "policy": lambda v: _choice(v, POLICIES),
-    "weight": _int,
-    "compat": _compat,
-    "kubeconfig": lambda v: Path(_text(v)),
-    "log-format": lambda v: _choice(v, LOG_FORMATS),
-    "log-level": lambda v: _choice(v, LOG_LEVELS),
-    "max-body-bytes": _body_bytes,
-    "max-connections": _connections,
-    "request-timeout": _seconds,
-}
-OPTIONS = tuple(_PARSERS)
-CONFIG_OPTION = "config"
-
-
-def _parse(option: str, value: object, source: str) -> Any:
-    try:
-        return _PARSERS[option](value)
-    except ValueError as err:
-        raise ExtenderConfigError(f"option {option} ({source}): {err}") from None
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The file's mapping; a missing, unreadable or non-mapping file is an error naming it."""
-    try:
-        return read_mapping(path)
-    except ValueError as err:
-        raise ExtenderConfigError(f"option config: {path}: {err}") from None
-
-
-def _from_file(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """Normalise a config file's keys to option names, parsing and checking each value."""
-    source = f"config file {path}"
-    values: dict[str, Any] = {}
-    enabled: list[tuple[str, Strategy]] = []
-    for key, value in data.items():
+def read_config_file(path: Path) -> Layer:
+    """The file's options, Volcano's deviceshare keys translated to the options they set."""
+    loaded = file_options(path)
+    refuse_unknown(path, loaded, (*_NAMES, *VOLCANO_ENABLES, *_VOLCANO_OPTIONS))
+    layer: Layer = {}
+    for key, value in loaded.items():
         if key in VOLCANO_ENABLES:
-            try:
-                on = _bool(value)
-            except ValueError as err:
-                raise ExtenderConfigError(f"option {key} ({source}): {err}") from None
-            if on:
-                enabled.append((key, VOLCANO_ENABLES[key]))
-        elif key == VOLCANO_POLICY:
-            values["policy"] = (_parse("policy", value, f"{source}, key {key}"), key)
-        elif key == VOLCANO_WEIGHT:
-            values["weight"] = (_parse("weight", value, f"{source}, key {key}"), key)
-        elif key in _PARSERS:
-            if key in values:
-                raise ExtenderConfigError(
-                    f"option {key} ({source}): given both as {key} and as {values[key][1]}"
-                )
-            values[key] = (_parse(key, value, source), key)
-        else:
-            known = ", ".join((*OPTIONS, *VOLCANO_ENABLES, VOLCANO_POLICY, VOLCANO_WEIGHT))
-            raise ExtenderConfigError(f"{source}: unknown key {key!r}; known keys: {known}")
+            continue
+        name = _VOLCANO_OPTIONS.get(key, key)
+        if name in layer:
+            volcano_key = next(k for k, n in _VOLCANO_OPTIONS.items() if n == name)
+            raise OptionError(f"config file {path}: {name} is given both as {name} and as {volcano_key}")
+        layer[name] = (value, f"from {path}" if name == key else f"from {path} {key}")
+    enabled = [
+        key for key in VOLCANO_ENABLES if key in loaded and read(boolean, loaded[key], f"{key} (from {path})")
+    ]
     if len(enabled) > 1:
-        names = " and ".join(key for key, _ in enabled)
-        raise ExtenderConfigError(
-            f"{source}: {names} are mutually exclusive (one device kind per scheduler, as in Volcano)"
+        raise OptionError(
+            f"config file {path}: {' and '.join(enabled)} are mutually exclusive (one device kind per "
+            "scheduler, as in Volcano)"
         )
     if enabled:
-        key, strategy = enabled[0]
-        if "strategy" in values and values["strategy"][0] != strategy:
-            raise ExtenderConfigError(
-                f"option strategy ({source}): strategy {values['strategy'][0]!r} contradicts {key}: true"
-            )
-        values["strategy"] = (strategy, key)
-    return {option: parsed for option, (parsed, _) in values.items()}
+        key, strategy = enabled[0], VOLCANO_ENABLES[enabled[0]]
+        if "strategy" in layer:
+            raw, origin = layer["strategy"]
+            if read(_strategy, raw, f"--strategy ({origin})") != strategy:
+                raise OptionError(f"--strategy ({origin}): {raw!r} contradicts {key}: true")
+        layer["strategy"] = (strategy, f"from {path} {key}")
+    return layer
 
 
 def load_config(flags: Mapping[str, object | None], env: Mapping[str, str] | None = None) -> ExtenderConfig:
     """Build the config from flags (option name -> value or None when not given; `config` names the
     YAML file), the environment (`KUBECONFIG`) and the file."""
     env = os.environ if env is None else env
-    unknown = set(flags) - {*OPTIONS, CONFIG_OPTION}
+    unknown = set(flags) - {*_NAMES, CONFIG_OPTION.name}
     if unknown:
-        raise ExtenderConfigError(f"unknown options: {', '.join(sorted(unknown))}")
+        raise OptionError(f"unknown options: {', '.join(sorted(unknown))}")
+    config_path = flags.get(CONFIG_OPTION.name)
+    file = read_config_file(read(pathname, config_path, "--config")) if config_path is not None else {}
     values: dict[str, Any] = {}
-    config_path = flags.get(CONFIG_OPTION)
-    if config_path is not None:
-        path = Path(_text(config_path))
-        values.update(_from_file(read_config_file(path), path))
-    if env.get("KUBECONFIG"):
-        values["kubeconfig"] = _parse("kubeconfig", env["KUBECONFIG"], "environment KUBECONFIG")
     for option in OPTIONS:
-        value = flags.get(option)
-        if value is not None:
-            values[option] = _parse(option, value, f"flag --{option}")
-    fields = {option.replace("-", "_"): value for option, value in values.items()}
-    return replace(ExtenderConfig(), **fields)
+        resolved = resolve(option, flags, env, (file,))
+        if resolved is not None:
+            values[option.field] = resolved[0]
+    return replace(ExtenderConfig(), **values)

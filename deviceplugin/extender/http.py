@@ -16,11 +16,12 @@ from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from deviceplugin.extender.config import ExtenderConfig, split_address
+from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.protocol import BadRequest, parse_binding_args, parse_extender_args
 from deviceplugin.extender.service import ExtenderService
 from deviceplugin.httpserver import HttpServer, HttpStats, Limits, Request, Response
 from deviceplugin.logs import get_log
+from deviceplugin.options import split_address
 
 log = get_log(__name__)
 

@@ -189,7 +189,9 @@ def daemon_config(docs: list[Doc], workload: Doc, scratch: Path, node: str) -> D
     flags: dict[str, str | None] = {
         option.name: getattr(args, option.field) for option in (*OPTIONS, CONFIG_OPTION)
     }
-    in_pod = flags[CONFIG_OPTION.name] or env.get(CONFIG_OPTION.env)
+    config_env = CONFIG_OPTION.env
+    assert config_env is not None
+    in_pod = flags[CONFIG_OPTION.name] or env.get(config_env)
     assert in_pod, "the DaemonSet gives the daemon no config file"
     key, content = config_file(docs, container, workload, in_pod)
     local = scratch / key
@@ -197,5 +199,5 @@ def daemon_config(docs: list[Doc], workload: Doc, scratch: Path, node: str) -> D
     if flags[CONFIG_OPTION.name]:
         flags[CONFIG_OPTION.name] = str(local)
     else:
-        env[CONFIG_OPTION.env] = str(local)
+        env[config_env] = str(local)
     return load_config(flags, env)
