@@ -25,6 +25,7 @@ from deviceplugin.config import DaemonConfig
 from deviceplugin.httpserver import HttpServer, HttpStats, KiB, Limits, Request, Response
 from deviceplugin.kube.cachemetrics import cache_metrics
 from deviceplugin.logs import get_log
+from deviceplugin.options import split_address
 from deviceplugin.plugin.daemon import Daemon
 from deviceplugin.plugin.snapshot import DaemonSnapshot
 from deviceplugin.workermetrics import worker_metrics
@@ -233,11 +234,9 @@ class MetricsServer:
     ) -> None:
         self.daemon = daemon
         self.registry = registry
-        host, _, port = address.rpartition(":")
+        host, port = split_address(address)
         limits = replace(METRICS_LIMITS, request_timeout_s=daemon.config.metrics_request_timeout)
-        self._http = HttpServer(
-            (host.strip("[]") or "0.0.0.0", int(port)), self._handle, limits, name="metrics", stats=stats
-        )
+        self._http = HttpServer((host or "0.0.0.0", port), self._handle, limits, name="metrics", stats=stats)
 
     @property
     def port(self) -> int:
