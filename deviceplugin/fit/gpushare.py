@@ -8,7 +8,7 @@ default scores by policy so an extender can binpack or spread nodes (docs/fit.md
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from deviceplugin.fit import goint, keys, objects
@@ -79,19 +79,14 @@ def fit_gpushare(
     fit = _FITS.get(strategy)
     if fit is None:
         raise RequestError(f"gpushare strategy must be 'share' or 'number', not {strategy!r}")
-    return fit(cards, pod, policy=policy, compat=compat, rng=rng)
+    return fit(cards, pod, policy, compat, rng)
 
 
 def fit_share(
-    cards: Sequence[GpuState],
-    pod: objects.Obj,
-    *,
-    policy: str | None = None,
-    compat: Compat = None,
-    rng: random.Random | None = None,
+    cards: Sequence[GpuState], pod: objects.Obj, *, policy: str | None = None, compat: Compat = None
 ) -> FitResult:
     """The pod's memory on the lowest-indexed healthy card with enough idle memory. A pod without
-    a `gpu-memory` request fits with no devices. (`rng` is unused: the choice is never random.)"""
+    a `gpu-memory` request fits with no devices."""
     volcano = is_volcano_compat(compat)
     chosen = policy_of(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
@@ -153,7 +148,13 @@ def fit_number(
     )
 
 
-_FITS = {"share": fit_share, "number": fit_number}
+_Fit = Callable[[Sequence[GpuState], objects.Obj, str | None, Compat, random.Random | None], FitResult]
+_FITS: Mapping[str, _Fit] = {
+    "share": lambda cards, pod, policy, compat, rng: fit_share(cards, pod, policy=policy, compat=compat),
+    "number": lambda cards, pod, policy, compat, rng: fit_number(
+        cards, pod, policy=policy, compat=compat, rng=rng
+    ),
+}
 
 
 def _free_memory(card: GpuState, volcano: bool) -> int:
