@@ -120,6 +120,26 @@ def test_a_container_already_holding_the_resource_is_not_the_one(kubelet: Kubele
 
 
 @pytest.mark.usefixtures("plugins")
+def test_past_the_first_few_a_container_already_holding_the_resource_is_skipped_too(
+    kubelet: KubeletEmulator,
+) -> None:
+    assert kubelet.pod_resources_socket is not None
+    holding(kubelet, "c", number=1)
+    holding(kubelet, "d")
+    identifier = Identifier(NUMBER, kubelet.pod_resources_socket, Counter())
+    later = [candidate("c"), candidate("d")]
+    chosen, sure = identifier.pick(
+        [candidate("a"), candidate("b")],
+        frozenset(),
+        time.monotonic() + 5,
+        distinct=True,
+        keep=False,
+        more=lambda: later,
+    )
+    assert (chosen[0].name, sure) == ("d", True)
+
+
+@pytest.mark.usefixtures("plugins")
 def test_a_container_holding_another_resource_is_the_one_mid_admission(kubelet: KubeletEmulator) -> None:
     """Kubelet allocates a container's resources one after another: listed with vgpu-memory and
     no vgpu-number yet, b is the container it is working on, though a is listed too."""

@@ -3,11 +3,24 @@ when pods asking the same count could not be told apart may be another pod's con
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-from deviceplugin.plugin.release import Releaser
+import pytest
+
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger
+from deviceplugin.plugin.podresources import Listing
+from deviceplugin.plugin.recover import rebuild_ledger
+from deviceplugin.plugin.release import Reconciler, Releaser
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.plugin.rig import WAIT_S, Rig, envs, ids
+from tests.daemons import eventually
+from tests.disks import tmpfs
+from tests.plugin.rig import MEM, NODE, WAIT_S, Rig, envs, ids
+from tests.sim.test_kubelet_admission import container
+from tests.sim.test_kubelet_admission import pod as kube_pod
 
 
 def unconfirmed_row(share: Rig) -> str:
@@ -96,3 +109,213 @@ def test_a_container_served_again_after_its_release_gets_a_whole_grace_period(
         now[0] = 61.0
         loop.check_with_kubelet()
         assert share.ledger.active() == []
+
+
+# --- what frees rows, and why (the reason is the ledger's "ledger released" line) ----------------
+
+
+def released(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """(pod UID, reason) of each release the ledger logged."""
+    lines = [
+        r for r in caplog.records if r.name == "deviceplugin.ledger" and r.getMessage() == "ledger released"
+    ]
+    return [(r.__dict__["fields"]["pod_uid"], r.__dict__["fields"]["reason"]) for r in lines]
+
+
+def served(share: Rig, name: str, gpu: int) -> str:
+    """A pod of 100 MiB on `gpu`, served; its UID."""
+    uid: str = share.pod(name, [("cuda", 100)], gpu_index=str(gpu))["metadata"]["uid"]
+    share.allocator.allocate(ids(gpu, 0, 100))
+    return uid
+
+
+def test_a_deleted_or_finished_pods_rows_go_at_once_with_the_reason(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
+    freed: list[str] = []
+    Releaser(
+        share.ledger, share.pods, tmp_path / "none.sock", interval_s=60, grace_s=60, on_released=freed.append
+    )
+    deleted, failed, running = (
+        served(share, "deleted", 0),
+        served(share, "failed", 1),
+        served(share, "running", 2),
+    )
+    share.apiserver.patch("pods", "running", {"status": {"phase": "Running"}}, "ml", subresource="status")
+    share.apiserver.patch("pods", "failed", {"status": {"phase": "Failed"}}, "ml", subresource="status")
+    share.apiserver.delete("pods", "deleted", "ml")
+    eventually(lambda: len(share.ledger.active()) == 1)
+    assert [row.pod_uid for row in share.ledger.active()] == [running]
+    assert sorted(released(caplog)) == sorted([(deleted, "pod deleted"), (failed, "pod Failed")])
+    assert sorted(freed) == sorted([deleted, failed])
+
+
+def test_rows_of_pods_gone_while_nobody_watched_go_once_the_cache_has_listed(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
+    gone, kept = served(share, "gone", 0), served(share, "kept", 1)
+    delete(share, "gone")  # before any release loop listened
+    unsynced = PodCache(share.kube, NODE)  # not started: it has not listed
+    for pods in (None, unsynced):
+        Releaser(share.ledger, pods, tmp_path / "none.sock", interval_s=60, grace_s=60).release_missing_pods()
+    assert len(share.ledger.active()) == 2  # nothing to compare with: nothing goes
+    Releaser(
+        share.ledger, share.pods, tmp_path / "none.sock", interval_s=60, grace_s=60
+    ).release_missing_pods()
+    assert [row.pod_uid for row in share.ledger.active()] == [kept]
+    assert released(caplog) == [(gone, "pod no longer on the node")]
+
+
+def test_rows_kubelet_shows_stay_and_the_others_go_after_the_grace(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row stays while kubelet lists its container; it goes once kubelet has not for the grace
+    period, with the reason; a listed row before it does not stop the check of the others."""
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
+    listed, unlisted = served(share, "listed", 0), served(share, "unlisted", 1)
+    now = [0.0]
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as kubelet:
+        assert kubelet.pod_resources_socket is not None
+        assert kubelet.admit(kube_pod("listed", [container("cuda")], namespace="ml")).admitted
+        loop = Releaser(
+            share.ledger,
+            share.pods,
+            kubelet.pod_resources_socket,
+            interval_s=60,
+            grace_s=30,
+            clock=lambda: now[0],
+        )
+        loop.check_with_kubelet()
+        now[0] = 29.0
+        loop.check_with_kubelet()
+        assert len(share.ledger.active()) == 2
+        now[0] = 30.0
+        loop.check_with_kubelet()
+    assert [row.pod_uid for row in share.ledger.active()] == [listed]
+    assert released(caplog) == [(unlisted, "container cuda not in pod-resources")]
+
+
+def test_pod_resources_unavailable_is_warned_once_until_it_answers_again(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="deviceplugin.plugin.release")
+    socket = tmp_path / "pr.sock"
+    loop = Releaser(share.ledger, share.pods, socket, interval_s=60, grace_s=60)
+    loop.check_with_kubelet()
+    loop.check_with_kubelet()
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=socket):
+        loop.check_with_kubelet()
+    loop.check_with_kubelet()
+    lines = [r for r in caplog.records if r.name == "deviceplugin.plugin.release"]
+    fields = {"socket": str(socket), "error": "UNAVAILABLE"}
+    assert [(r.getMessage(), r.__dict__["fields"]) for r in lines] == [
+        ("pod-resources unavailable", fields)
+    ] * 2
+
+
+def test_a_full_disk_puts_a_release_off_until_it_can_be_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="deviceplugin.plugin.release")
+    with tmpfs(tmp_path / "disk") as disk:
+        ledger = Ledger(disk.path / "ledger.db")
+        ledger.record(
+            Allocation("uid-a", "ml", "a", "cuda", MEM, (GpuShare("GPU-000", 0, 100),), ("0-0",), b"")
+        )
+        freed: list[str] = []
+        loop = Releaser(
+            ledger, None, tmp_path / "none.sock", interval_s=60, grace_s=60, on_released=freed.append
+        )
+        disk.fill()
+        gone = {"metadata": {"uid": "uid-a", "name": "a", "namespace": "ml"}}
+        loop.on_pod("DELETED", gone)
+        assert len(ledger.active()) == 1 and freed == []
+        disk.free()
+        loop.on_pod("DELETED", gone)
+        assert ledger.active() == [] and freed == ["uid-a"]
+        ledger.close()
+    (line,) = [r for r in caplog.records if r.name == "deviceplugin.plugin.release"]
+    assert line.getMessage() == "release put off: the ledger cannot be written"
+    assert line.__dict__["fields"] == {"pod_uid": "uid-a", "reason": "pod deleted"}
+
+
+def test_the_loop_releases_rows_of_pods_gone_unseen_until_stopped(share: Rig, tmp_path: Path) -> None:
+    """Each pass of the loop (every interval) looks for rows whose pod the cache no longer holds."""
+    gone, kept = served(share, "gone", 0), served(share, "kept", 1)
+    delete(share, "gone")
+    loop = Releaser(share.ledger, share.pods, tmp_path / "none.sock", interval_s=0.05, grace_s=60)
+    loop.start()
+    try:
+        eventually(lambda: [row.pod_uid for row in share.ledger.active()] == [kept])
+    finally:
+        loop.stop()
+    assert "release" not in {thread.name for thread in threading.enumerate()}
+    assert gone not in {row.pod_uid for row in share.ledger.active()}
+
+
+def test_a_replaced_ledger_is_rebuilt_once_from_the_first_list_with_the_cache_synced(
+    share: Rig, tmp_path: Path
+) -> None:
+    """Tried at start, before the daemon registers with kubelet, and by each pass until kubelet
+    answers with the pod cache synced; then never again."""
+    reports: list[str] = []
+    socket = tmp_path / "pr.sock"
+
+    def rebuild(listing: Listing, allocators: Sequence[Reconciler]) -> object:
+        return rebuild_ledger(tmp_path / "ledger.db.corrupt", listing, allocators, reports.append)
+
+    unsynced = Releaser(
+        share.ledger, PodCache(share.kube, NODE), socket, interval_s=60, grace_s=60, rebuild=rebuild
+    )
+    loop = Releaser(share.ledger, share.pods, socket, interval_s=60, grace_s=60, rebuild=rebuild)
+    loop.add_reconciler(share.allocator)
+    loop.check_with_kubelet()  # kubelet does not answer yet
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=socket):
+        unsynced.check_with_kubelet()  # kubelet answers, but which pods are bound here is not known
+        assert reports == []
+        loop.start()
+        try:
+            assert len(reports) == 1 and "0 allocation(s) rebuilt" in reports[0]  # done before start returned
+            loop.check_with_kubelet()
+        finally:
+            loop.stop()
+    assert len(reports) == 1
+
+
+def test_a_failed_correction_does_not_stop_the_release_of_unlisted_rows(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reconciler that raises (a bug: the allocators' own faults are storage errors, caught
+    inside) is logged with the error, and each pass still releases what kubelet does not show."""
+    served(share, "unlisted", 0)
+    now = [0.0]
+
+    class Broken:
+        def reconcile(self, listing: Listing) -> int:
+            raise RuntimeError("correction failed")
+
+        def unverified(self) -> frozenset[Key]:
+            return frozenset()
+
+        def rebuild(self, listing: Listing) -> tuple[list[Allocation], list[str]]:
+            return [], []
+
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as kubelet:
+        assert kubelet.pod_resources_socket is not None
+        loop = Releaser(
+            share.ledger,
+            share.pods,
+            kubelet.pod_resources_socket,
+            interval_s=60,
+            grace_s=1,
+            clock=lambda: now[0],
+        )
+        loop.add_reconciler(Broken())
+        loop.check_with_kubelet()
+        now[0] = 1.0
+        loop.check_with_kubelet()
+    assert share.ledger.active() == []
+    lines = [r for r in caplog.records if r.getMessage() == "reconcile failed"]
+    assert [r.__dict__["fields"] for r in lines] == [{"error": "RuntimeError('correction failed')"}] * 2
