@@ -270,7 +270,10 @@ CONFIG_OPTION = Option(
 )
 # What decides which upstream files are read, and for which node: resolved before the others.
 FIRST = ("node-name", "gpu-strategy", "vgpu-device-config", "vgpu-node-config")
-VGPU_ONLY = ("vgpu-memory-scaling", "vgpu-core-scaling", "vgpu-disable-core-limit", *FIRST[2:])
+# Options only one strategy reads: given to a node running another, they are a mistake.
+STRATEGY_ONLY: Mapping[str, Strategy] = dict.fromkeys(
+    ("vgpu-memory-scaling", "vgpu-core-scaling", "vgpu-disable-core-limit", *FIRST[2:]), "vgpu"
+)
 
 
 def _reading(path: Path, name: str, reading: Reading) -> tuple[Layer, list[str]]:
@@ -348,9 +351,15 @@ def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Daem
     if "node_name" not in values:
         raise OptionError("--node-name (or env NODE_NAME) is required")
     strategy = values.get("gpu_strategy", "share")
-    given = [f"--{o.name}" for o in OPTIONS if o.name in VGPU_ONLY and candidates(o, flags, env, (own,))]
-    if strategy != "vgpu" and given:
-        raise OptionError(f"{', '.join(given)}: for --gpu-strategy vgpu only (this node runs {strategy})")
+    foreign = [
+        o.name
+        for o in OPTIONS
+        if STRATEGY_ONLY.get(o.name, strategy) != strategy and candidates(o, flags, env, (own,))
+    ]
+    if foreign:
+        names = ", ".join(f"--{name}" for name in foreign)
+        owner = STRATEGY_ONLY[foreign[0]]
+        raise OptionError(f"{names}: for --gpu-strategy {owner} only (this node runs {strategy})")
     hami, more = read_hami_files(values)
     notes.extend(more)
     for option in OPTIONS:
