@@ -8,7 +8,9 @@ place where the default rules differ from Volcano's (compat="volcano").
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.codec import encode_mig_id, encode_mig_id_volcano
@@ -312,134 +314,290 @@ def fit_vgpu(
     chosen_policy = policy_of(policy, volcano)
     if not requests:
         return FitResult(ok=True)
-    notes = objects.annotations_of(pod)
     cards = sorted(gpus, key=lambda g: g.index)
-    wanted_mode = notes.get(keys.VGPU_MODE)
-    if volcano:
-        node_mode = cards[-1].mode if cards else keys.MODE_HAMI_CORE  # the last card decides (B14)
-        if wanted_mode is not None and wanted_mode != node_mode:
-            return FitResult(
-                ok=False,
-                reason=f"pod {objects.display_name(pod)} asks for sharing mode "
-                f"{wanted_mode!r}; the node runs {node_mode!r}",
-            )
-        mig_cards = [node_mode == keys.MODE_MIG] * len(cards)
-    else:
-        if wanted_mode is not None and wanted_mode not in keys.SHARING_MODES:
-            return FitResult(
-                ok=False,
-                reason=f"pod {objects.display_name(pod)}: {keys.VGPU_MODE} "
-                f"{wanted_mode!r} is not one of {', '.join(keys.SHARING_MODES)}",
-            )
-        mig_cards = [card.mode == keys.MODE_MIG for card in cards]
-
-    uuid_filter = UuidFilter.of(notes)
-    type_filter = TypeFilter.of(notes, volcano)
-    spread_group = notes.get(keys.VGPU_PODGROUP_POLICY) == keys.PODGROUP_POLICY_SPREAD
-    group = objects.podgroup_key(pod) if spread_group else ""
-    mine = _matched_rules(objects.labels_of(pod), exclusive_rules) if exclusive_rules else frozenset()
-    blocked = [
-        bool(mine) and not mig and _excluded(card, exclusive_rules, mine)
-        for card, mig in zip(cards, mig_cards, strict=True)
-    ]
-    factor = config.memory_factor if config.memory_factor > 1 else 1
-
-    # Volcano's counters are Go uints: keep them modulo 2^64 so wrapped values order, compare and
-    # score as they do there.
-    counter = goint.uint64 if volcano else int
-    used_num = [counter(card.used_num) for card in cards]
-    used_mem = [counter(card.used_memory) for card in cards]
-    used_core = [counter(card.used_cores) for card in cards]
-    tentative_mig: dict[int, _MigTentative] = {}
+    refusal = _mode_refusal(pod, cards, volcano)
+    if refusal is not None:
+        return FitResult(ok=False, reason=refusal)
+    walk = _Walk.of(cards, pod, volcano, config, exclusive_rules)
     placed: list[tuple[Assigned, ...]] = []
     score = 0.0
-
     for request in requests:
         if request.nums > len(cards):
             return _failure(pod, request, f"needs {request.nums} GPUs; the node has {len(cards)}", cards, ())
-        remaining = request.nums
-        chosen: list[Assigned] = []
-        rejected: list[tuple[int, str]] = []
-        uuid_matched = False
-        for pos in _card_order(chosen_policy, cards, used_num, used_mem, volcano):
-            if pos < 0:
-                raise NodeRegisterError(
-                    f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
-                    "scheduler panics walking this node with no schedule policy (an empty entry)"
-                )
-            card = cards[pos]
-            if not volcano:
-                if not card.health:
-                    rejected.append((pos, "unhealthy"))
-                    continue
-                if wanted_mode is not None and card.mode != wanted_mode:
-                    rejected.append((pos, f"runs {card.mode}, pod asks for {wanted_mode}"))
-                    continue
-            if uuid_filter.active and not uuid_filter.allows(card.uuid):
-                rejected.append((pos, "excluded by the pod's GPU UUID annotations"))
-                continue
-            uuid_matched = True
-            if blocked[pos]:
-                rejected.append((pos, "holds a pod of the same GPU exclusivity rule"))
-                continue
-            if counter(card.split_count) <= used_num[pos]:
-                rejected.append((pos, f"all {card.split_count} shares taken"))
-                continue
-            if group and _same_group(card, group):
-                rejected.append((pos, f"holds a pod of the same pod group {group}"))
-                continue
-            need = _memory_need(card, request, volcano)
-            if _short_of_memory(card, used_mem[pos], need, volcano):
-                rejected.append(
-                    (pos, f"{max(0, card.memory - used_mem[pos])} of {card.memory} MiB free, needs {need}")
-                )
-                continue
-            capacity = 100 if volcano else card.cores
-            if counter(used_core[pos] + counter(request.cores)) > capacity:
-                rejected.append((pos, f"{used_core[pos]} of {capacity} cores used, needs {request.cores}"))
-                continue
-            if request.cores == capacity and used_num[pos] > 0:
-                rejected.append((pos, "shared, but the request wants the whole GPU's cores"))
-                continue
-            if used_core[pos] == capacity and request.cores == 0:
-                rejected.append((pos, "all cores taken; a zero-core request cannot share it"))
-                continue
-            if request.type not in card.type or not type_filter.allows(card.type):
-                rejected.append((pos, f"type {card.type!r} not allowed for this pod"))
-                continue
-            device_id, booked = card.uuid, need
-            if mig_cards[pos]:
-                if card.mig is None:
-                    rejected.append((pos, f"MIG card with no configured geometry for type {card.type!r}"))
-                    continue
-                slot = _mig_slot(card, pos, counter(need * factor), volcano, tentative_mig)
-                if slot is None:
-                    rejected.append((pos, f"no free MIG slot of {need} MiB or more"))
-                    continue
-                encode = encode_mig_id_volcano if volcano else encode_mig_id
-                device_id = encode(card.uuid, slot.name, slot.position)
-                booked = slot.memory // factor
-                if not volcano:
-                    tentative_mig[pos].book(slot, card)
-            used_num[pos] = counter(used_num[pos] + 1)
-            used_mem[pos] = counter(used_mem[pos] + booked)
-            used_core[pos] = counter(used_core[pos] + counter(request.cores))
-            if remaining > 0:
-                remaining -= 1
-                # Volcano writes the uint memory through int(): a wrapped request reads negative.
-                memory = goint.int64(need) if volcano else need
-                chosen.append(Assigned(device_id, card.index, request.type, memory, request.cores))
-                score += chosen_policy.card_score(used_num[pos], used_mem[pos], card.memory, volcano)
-            if remaining == 0:
-                break
-        if remaining > 0:
-            if uuid_filter.active and not uuid_matched:
+        placement = _place(walk, request, chosen_policy, score)
+        if placement.remaining > 0:
+            if walk.uuid_filter.active and not placement.selectable:
                 headline = "no GPU matches the pod's GPU UUID annotations"
             else:
-                headline = f"only {request.nums - remaining} of {request.nums} GPU(s) fit"
-            return _failure(pod, request, headline, cards, rejected)
-        placed.append(tuple(chosen))
+                headline = f"only {request.nums - placement.remaining} of {request.nums} GPU(s) fit"
+            return _failure(pod, request, headline, cards, placement.rejected)
+        placed.append(tuple(placement.chosen))
+        score = placement.score
     return FitResult(ok=True, devices=tuple(placed), score=score)
+
+
+def _volcano_node_mode(cards: Sequence[GpuState]) -> str:
+    return cards[-1].mode if cards else keys.MODE_HAMI_CORE  # the last card decides (B14)
+
+
+def _mode_refusal(pod: objects.Obj, cards: Sequence[GpuState], volcano: bool) -> str | None:
+    """Why the pod's sharing-mode annotation rules the whole node out; None if it does not."""
+    wanted = objects.annotations_of(pod).get(keys.VGPU_MODE)
+    if wanted is None:
+        return None
+    if volcano:
+        node_mode = _volcano_node_mode(cards)
+        if wanted != node_mode:
+            return (
+                f"pod {objects.display_name(pod)} asks for sharing mode {wanted!r}; "
+                f"the node runs {node_mode!r}"
+            )
+    elif wanted not in keys.SHARING_MODES:
+        return (
+            f"pod {objects.display_name(pod)}: {keys.VGPU_MODE} "
+            f"{wanted!r} is not one of {', '.join(keys.SHARING_MODES)}"
+        )
+    return None
+
+
+@dataclass
+class _Walk:
+    """One fit's view of the node: its cards, what the pod allows, and the tentative usage that
+    grows as containers are placed. In Volcano mode the counters are Go uints, kept modulo 2^64
+    so wrapped values order, compare and score as they do there."""
+
+    cards: list[GpuState]
+    volcano: bool
+    wanted_mode: str | None
+    uuid_filter: UuidFilter
+    type_filter: TypeFilter
+    group: str  # the pod's pod group under podgroup spread, else ""
+    blocked: list[bool]  # per card: holds a pod of one of the pod's exclusivity rules
+    mig: list[bool]  # per card: placed by MIG slot
+    factor: int  # MIG slot sizes are in memory units of this many MiB
+    used_num: list[int]
+    used_mem: list[int]
+    used_core: list[int]
+    tentative_mig: dict[int, _MigTentative] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        cards: list[GpuState],
+        pod: objects.Obj,
+        volcano: bool,
+        config: VgpuConfig,
+        exclusive_rules: Sequence[Mapping[str, str]],
+    ) -> _Walk:
+        notes = objects.annotations_of(pod)
+        if volcano:
+            mig = [_volcano_node_mode(cards) == keys.MODE_MIG] * len(cards)
+        else:
+            mig = [card.mode == keys.MODE_MIG for card in cards]
+        spread_group = notes.get(keys.VGPU_PODGROUP_POLICY) == keys.PODGROUP_POLICY_SPREAD
+        mine = _matched_rules(objects.labels_of(pod), exclusive_rules) if exclusive_rules else frozenset()
+        counter = goint.uint64 if volcano else int
+        return cls(
+            cards=cards,
+            volcano=volcano,
+            wanted_mode=notes.get(keys.VGPU_MODE),
+            uuid_filter=UuidFilter.of(notes),
+            type_filter=TypeFilter.of(notes, volcano),
+            group=objects.podgroup_key(pod) if spread_group else "",
+            blocked=[
+                bool(mine) and not on_mig and _excluded(card, exclusive_rules, mine)
+                for card, on_mig in zip(cards, mig, strict=True)
+            ],
+            mig=mig,
+            factor=config.memory_factor if config.memory_factor > 1 else 1,
+            used_num=[counter(card.used_num) for card in cards],
+            used_mem=[counter(card.used_memory) for card in cards],
+            used_core=[counter(card.used_cores) for card in cards],
+        )
+
+    def counter(self, value: int) -> int:
+        return goint.uint64(value) if self.volcano else value
+
+    def core_capacity(self, card: GpuState) -> int:
+        return 100 if self.volcano else card.cores
+
+    def book(self, pos: int, memory: int, cores: int) -> None:
+        self.used_num[pos] = self.counter(self.used_num[pos] + 1)
+        self.used_mem[pos] = self.counter(self.used_mem[pos] + memory)
+        self.used_core[pos] = self.counter(self.used_core[pos] + self.counter(cores))
+
+
+# --- card rules: each names why a card cannot take the container, or returns None -----------
+
+_CardRule = Callable[[_Walk, int, ContainerRequest], str | None]
+
+
+def _unhealthy(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    return None if walk.cards[pos].health else "unhealthy"
+
+
+def _other_mode(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    card = walk.cards[pos]
+    if walk.wanted_mode is None or card.mode == walk.wanted_mode:
+        return None
+    return f"runs {card.mode}, pod asks for {walk.wanted_mode}"
+
+
+def _uuid_excluded(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    if walk.uuid_filter.active and not walk.uuid_filter.allows(walk.cards[pos].uuid):
+        return "excluded by the pod's GPU UUID annotations"
+    return None
+
+
+def _exclusive(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    return "holds a pod of the same GPU exclusivity rule" if walk.blocked[pos] else None
+
+
+def _shares_taken(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    card = walk.cards[pos]
+    if walk.counter(card.split_count) <= walk.used_num[pos]:
+        return f"all {card.split_count} shares taken"
+    return None
+
+
+def _same_pod_group(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    if walk.group and _same_group(walk.cards[pos], walk.group):
+        return f"holds a pod of the same pod group {walk.group}"
+    return None
+
+
+def _short_of_memory_rule(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    card, used = walk.cards[pos], walk.used_mem[pos]
+    need = _memory_need(card, request, walk.volcano)
+    if _short_of_memory(card, used, need, walk.volcano):
+        return f"{max(0, card.memory - used)} of {card.memory} MiB free, needs {need}"
+    return None
+
+
+def _short_of_cores(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    capacity, used = walk.core_capacity(walk.cards[pos]), walk.used_core[pos]
+    if walk.counter(used + walk.counter(request.cores)) > capacity:
+        return f"{used} of {capacity} cores used, needs {request.cores}"
+    return None
+
+
+def _whole_cores_shared(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    if request.cores == walk.core_capacity(walk.cards[pos]) and walk.used_num[pos] > 0:
+        return "shared, but the request wants the whole GPU's cores"
+    return None
+
+
+def _cores_saturated(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    if walk.used_core[pos] == walk.core_capacity(walk.cards[pos]) and request.cores == 0:
+        return "all cores taken; a zero-core request cannot share it"
+    return None
+
+
+def _wrong_type(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    card_type = walk.cards[pos].type
+    if request.type not in card_type or not walk.type_filter.allows(card_type):
+        return f"type {card_type!r} not allowed for this pod"
+    return None
+
+
+# Which cards the pod may use at all; Volcano checks neither health nor mode per card.
+_DEFAULT_SELECTION: tuple[_CardRule, ...] = (_unhealthy, _other_mode, _uuid_excluded)
+_VOLCANO_SELECTION: tuple[_CardRule, ...] = (_uuid_excluded,)
+# Whether a selectable card has room for the container, in Volcano's order.
+_ROOM: tuple[_CardRule, ...] = (
+    _exclusive,
+    _shares_taken,
+    _same_pod_group,
+    _short_of_memory_rule,
+    _short_of_cores,
+    _whole_cores_shared,
+    _cores_saturated,
+    _wrong_type,
+)
+
+
+def _first_refusal(
+    rules: Sequence[_CardRule], walk: _Walk, pos: int, request: ContainerRequest
+) -> str | None:
+    for rule in rules:
+        reason = rule(walk, pos, request)
+        if reason is not None:
+            return reason
+    return None
+
+
+class _Claim(NamedTuple):
+    """What a card that takes the container books: the device ID written for it, the memory the
+    request needs, and the memory counted as used (a MIG slot's whole size)."""
+
+    device_id: str
+    need: int
+    booked: int
+
+
+def _claim(walk: _Walk, pos: int, request: ContainerRequest) -> _Claim | str:
+    """The card's claim for the container, reserving a MIG slot; a reason if no slot fits."""
+    card = walk.cards[pos]
+    need = _memory_need(card, request, walk.volcano)
+    if not walk.mig[pos]:
+        return _Claim(card.uuid, need, need)
+    if card.mig is None:
+        return f"MIG card with no configured geometry for type {card.type!r}"
+    slot = _mig_slot(card, pos, walk.counter(need * walk.factor), walk.volcano, walk.tentative_mig)
+    if slot is None:
+        return f"no free MIG slot of {need} MiB or more"
+    encode = encode_mig_id_volcano if walk.volcano else encode_mig_id
+    if not walk.volcano:
+        walk.tentative_mig[pos].book(slot, card)
+    return _Claim(encode(card.uuid, slot.name, slot.position), need, slot.memory // walk.factor)
+
+
+@dataclass
+class _Placement:
+    """One container's walk over the cards."""
+
+    remaining: int  # GPUs still to find; <= 0 once placed
+    chosen: list[Assigned] = field(default_factory=list)
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    selectable: bool = False  # some card passed the selection rules
+    score: float = 0.0  # the fit's score so far, this container's cards added in visiting order
+
+
+def _place(walk: _Walk, request: ContainerRequest, policy: Policy, score: float) -> _Placement:
+    """Walk the cards in policy order, booking each one that takes the container until it has
+    its GPUs (Volcano books a card for a request of 0 or fewer GPUs too, and assigns none)."""
+    placement = _Placement(remaining=request.nums, score=score)
+    selection = _VOLCANO_SELECTION if walk.volcano else _DEFAULT_SELECTION
+    cards = walk.cards
+    for pos in _card_order(policy, cards, walk.used_num, walk.used_mem, walk.volcano):
+        if pos < 0:
+            raise NodeRegisterError(
+                f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
+                "scheduler panics walking this node with no schedule policy (an empty entry)"
+            )
+        refusal = _first_refusal(selection, walk, pos, request)
+        if refusal is None:
+            placement.selectable = True
+            refusal = _first_refusal(_ROOM, walk, pos, request)
+        claim = _claim(walk, pos, request) if refusal is None else refusal
+        if isinstance(claim, str):
+            placement.rejected.append((pos, claim))
+            continue
+        walk.book(pos, claim.booked, request.cores)
+        if placement.remaining > 0:
+            placement.remaining -= 1
+            # Volcano writes the uint memory through int(): a wrapped request reads negative.
+            memory = goint.int64(claim.need) if walk.volcano else claim.need
+            card = cards[pos]
+            placement.chosen.append(
+                Assigned(claim.device_id, card.index, request.type, memory, request.cores)
+            )
+            placement.score += policy.card_score(
+                walk.used_num[pos], walk.used_mem[pos], card.memory, walk.volcano
+            )
+        if placement.remaining == 0:
+            break
+    return placement
 
 
 def _memory_need(card: GpuState, request: ContainerRequest, volcano: bool) -> int:
