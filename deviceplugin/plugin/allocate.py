@@ -178,7 +178,10 @@ class AccountingAllocator:
 
 
 @dataclass(frozen=True, slots=True)
-class Served:
+class Placement:
+    """Where one container goes: the candidate pod, its container's need and the GPUs it gets.
+    (`served`, elsewhere, is the ledger's set of (pod UID, container, resource) keys.)"""
+
     pod: PendingPod
     need: ContainerNeed
     gpus: tuple[GpuInfo, ...]
@@ -246,23 +249,23 @@ class PodAllocator(Generic[P]):
         """The pod as a candidate; None when it is not one (finished, served, not ours)."""
         raise NotImplementedError
 
-    def _placement(self, pod: P, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
+    def _placement(self, pod: P, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Placement:
         raise NotImplementedError
 
-    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
+    def _response(self, placement: Placement) -> pb.ContainerAllocateResponse:
         raise NotImplementedError
 
-    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
+    def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
         raise NotImplementedError
 
-    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
+    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
         """Patches to queue with the allocation; `done`: the ledger's keys, this container's included."""
         raise NotImplementedError
 
     def _failure_patches(self, pod: PendingPod | None) -> list[Patch]:
         return [self._unlock()]
 
-    def _prepare(self, served: Served) -> None:
+    def _prepare(self, placement: Placement) -> None:
         """Make on the host what the response names (before it is recorded and sent)."""
 
     def _as_written(self, pod: Obj) -> Obj:
@@ -371,18 +374,18 @@ class PodAllocator(Generic[P]):
     def _visible(self, gpus: Sequence[GpuInfo]) -> str:
         return ",".join(gpu.uuid if self.id_strategy == "uuid" else str(gpu.index) for gpu in gpus)
 
-    def _note_mismatch(self, served: Served, kubelet_gpus: Sequence[GpuInfo]) -> None:
-        if {g.uuid for g in kubelet_gpus} <= {g.uuid for g in served.gpus}:
+    def _note_mismatch(self, placement: Placement, kubelet_gpus: Sequence[GpuInfo]) -> None:
+        if {g.uuid for g in kubelet_gpus} <= {g.uuid for g in placement.gpus}:
             return
         self.stats.mismatches[self.resource] += 1
         kubelet_chose = sorted({g.index for g in kubelet_gpus})
         message = (
             f"kubelet assigned {self.resource} IDs on GPU(s) {kubelet_chose} to container "
-            f"{served.need.name!r}, the scheduler chose {[g.index for g in served.gpus]}; "
+            f"{placement.need.name!r}, the scheduler chose {[g.index for g in placement.gpus]}; "
             "serving the scheduler's choice"
         )
-        log.warning("device ids do not match the scheduler's gpus", pod=served.pod.display, detail=message)
-        self.events.warning(self._involved(served.pod), "GpuIdsMismatch", message)
+        log.warning("device ids do not match the scheduler's gpus", pod=placement.pod.display, detail=message)
+        self.events.warning(self._involved(placement.pod), "GpuIdsMismatch", message)
 
     def _involved(self, pod: PendingPod) -> Involved:
         return Involved("Pod", pod.name, pod.namespace, pod.uid)
@@ -429,16 +432,16 @@ class PodAllocator(Generic[P]):
                 return None
             pod, need, sure = found
             try:
-                served = self._placement(pod, need, kubelet_gpus)
+                placement = self._placement(pod, need, kubelet_gpus)
             except AllocateError as err:
                 err.pod = err.pod or pod
                 raise
-            response = self._response(served)
-            self._prepare(served)
+            response = self._response(placement)
+            self._prepare(placement)
             done = served_keys | {(pod.uid, need.name, self.resource)}
             complete = pod.containers_left(done) == 0
-            patches = self._patches(served, done)
-            shares = self._shares(served)  # none: an answer that only lets kubelet account
+            patches = self._patches(placement, done)
+            shares = self._shares(placement)  # none: an answer that only lets kubelet account
             try:
                 self.ledger.record(
                     Allocation(
@@ -459,13 +462,13 @@ class PodAllocator(Generic[P]):
                 self._unverified = (self._unverified & served_keys) | {(pod.uid, need.name, self.resource)}
         if patches:
             self.on_outbox()
-        self._note_mismatch(served, kubelet_gpus)
+        self._note_mismatch(placement, kubelet_gpus)
         log.info(
             "allocated",
             resource=self.resource,
             pod=pod.display,
             container=need.name,
-            gpus=",".join(str(g.index) for g in served.gpus),
+            gpus=",".join(str(g.index) for g in placement.gpus),
             pod_complete=complete,
         )
         return response, "served" if shares else "empty"
@@ -583,16 +586,16 @@ class PodAllocator(Generic[P]):
                 "not-placed",
                 f"{where}: the pod's annotations place no {self.resource} for it on node {self.node_name}",
             )
-        served = self._placement(candidate, need, kubelet_gpus)
+        placement = self._placement(candidate, need, kubelet_gpus)
         return Allocation(
             pod_uid=candidate.uid,
             namespace=candidate.namespace,
             pod_name=candidate.name,
             container=need.name,
             resource=self.resource,
-            gpus=self._shares(served),
+            gpus=self._shares(placement),
             device_ids=tuple(device_ids),
-            response=self._response(served).SerializeToString(),
+            response=self._response(placement).SerializeToString(),
         )
 
     def rebuild(self, listing: Listing) -> tuple[list[Allocation], list[str]]:

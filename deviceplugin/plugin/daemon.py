@@ -214,10 +214,10 @@ class KubeSide:
                 events.warning(about, "LedgerUnwritable", f"GPU allocation on this node stops: {problem}")
 
         ledger.add_listener(on_ledger)
-        served = tuple(resource.name for resource in family.resources)
+        resources = tuple(resource.name for resource in family.resources)
 
         def on_rejected(pod: Mapping[str, Any], reason: str) -> None:
-            if asks_for(pod, served):  # its owner waits for GPUs: say why none come
+            if asks_for(pod, resources):  # its owner waits for GPUs: say why none come
                 message = f"pod not served on node {config.node_name}: {reason}"
                 events.warning(Involved.pod(pod), "GpuPodRejected", message)
 

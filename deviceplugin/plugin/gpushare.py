@@ -17,7 +17,7 @@ from deviceplugin.fit.codec import format_gpu_index, parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.ledger import Allocation, GpuShare, Key, Patch
-from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served, as_written
+from deviceplugin.plugin.allocate import AllocateError, Placement, PodAllocator, as_written
 from deviceplugin.plugin.pending import (
     ContainerNeed,
     Obj,
@@ -116,7 +116,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             )
         return self._usable(gpu, where, keys.GPU_INDEX)
 
-    def _placement(self, pod: GpusharePod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
+    def _placement(self, pod: GpusharePod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Placement:
         where = f"pod {pod.display} container {need.name!r}"
         if pod.problem:
             raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
@@ -128,7 +128,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
                     f"{where}: no {keys.GPU_INDEX} annotation: in share mode the pod must be placed by a "
                     "Volcano-compatible scheduler (Volcano's deviceshare plugin or this project's extender)",
                 )
-            return Served(pod, need, tuple(kubelet_gpus))  # number mode: the GPUs kubelet chose
+            return Placement(pod, need, tuple(kubelet_gpus))  # number mode: the GPUs kubelet chose
         if self.share:
             if len(pod.gpu_index) != 1:
                 raise AllocateError(
@@ -145,7 +145,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
                     "too-large",
                     f"{where}: asks for {wanted} MiB; GPU {gpu.index} has {gpu.memory_mib} MiB",
                 )
-            return Served(pod, need, (gpu,))
+            return Placement(pod, need, (gpu,))
         start, stop = self._slice(pod, need)
         if stop > len(pod.gpu_index):
             raise AllocateError(
@@ -154,9 +154,9 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
                 f"{where}: needs GPUs {start}..{stop - 1} of {keys.GPU_INDEX} {list(pod.gpu_index)}, "
                 f"which lists only {len(pod.gpu_index)}",
             )
-        return Served(pod, need, tuple(self._gpu(where, i) for i in pod.gpu_index[start:stop]))
+        return Placement(pod, need, tuple(self._gpu(where, i) for i in pod.gpu_index[start:stop]))
 
-    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
+    def _response(self, placement: Placement) -> pb.ContainerAllocateResponse:
         """volcano-sh/devices' envs, in both modes, for this container rather than the pod.
 
         `VOLCANO_GPU_ALLOCATED` is upstream's `devices x GPUMemoryFactor`: MiB in share mode; in
@@ -165,20 +165,20 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
         one card, as upstream: the container's first GPU (upstream: the node's GPU 0).
         """
         envs = {
-            "NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus),
-            "VOLCANO_GPU_ALLOCATED": str(served.need.units * self.devices.layout.factor),
+            "NVIDIA_VISIBLE_DEVICES": self._visible(placement.gpus),
+            "VOLCANO_GPU_ALLOCATED": str(placement.need.units * self.devices.layout.factor),
         }
-        envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(served.gpus[0].memory_mib)
+        envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(placement.gpus[0].memory_mib)
         return pb.ContainerAllocateResponse(envs=envs)
 
-    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
+    def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
         if self.share:
-            gpu = served.gpus[0]
-            return (GpuShare(gpu.uuid, gpu.index, served.need.units * self.devices.layout.factor),)
-        return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in served.gpus)
+            gpu = placement.gpus[0]
+            return (GpuShare(gpu.uuid, gpu.index, placement.need.units * self.devices.layout.factor),)
+        return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in placement.gpus)
 
-    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
-        pod = served.pod
+    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
+        pod = placement.pod
         if pod.containers_left(done):
             return []
         # Volcano's node lock, if it took one
@@ -191,7 +191,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
     def _booking(self, pod: Obj, rows: Sequence[Allocation]) -> dict[str, str] | None:
         """`gpu-index` as the rows serve the pod (app containers' GPUs in order, then init
         containers'), with `gpu-assigned`, once every container asking for the resource is."""
-        served = {row.container: row for row in rows if row.resource == self.resource}
+        row_of = {row.container: row for row in rows if row.resource == self.resource}
         try:
             asking = [
                 objects.container_name(container)
@@ -200,7 +200,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             ]
         except FitInputError:
             return None
-        if not asking or any(name not in served for name in asking):
+        if not asking or any(name not in row_of for name in asking):
             return None
-        indices = dict.fromkeys(gpu.index for name in asking for gpu in served[name].gpus)
+        indices = dict.fromkeys(gpu.index for name in asking for gpu in row_of[name].gpus)
         return {keys.GPU_INDEX: format_gpu_index(indices), keys.GPU_ASSIGNED: "true"} if indices else None

@@ -39,7 +39,7 @@ from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
 from deviceplugin.plugin import hook
-from deviceplugin.plugin.allocate import AllocateError, PodAllocator, Served, as_written
+from deviceplugin.plugin.allocate import AllocateError, Placement, PodAllocator, as_written
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.pending import (
     ContainerNeed,
@@ -254,12 +254,12 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
     def _devices(self, pod: VgpuPod, need: ContainerNeed) -> tuple[Assigned, ...]:
         return pod.slots[pod.slot_of[need.name]]
 
-    def _placement(self, pod: VgpuPod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Served:
+    def _placement(self, pod: VgpuPod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Placement:
         where = f"pod {pod.display} container {need.name!r}"
         if pod.problem:
             raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
         if need.name in pod.accounting:
-            return Served(pod, need, tuple(kubelet_gpus))  # kubelet's accounting: nothing to place
+            return Placement(pod, need, tuple(kubelet_gpus))  # kubelet's accounting: nothing to place
         gpus = []
         for device in self._devices(pod, need):
             gpu = self._by_uuid.get(device.uuid)
@@ -281,11 +281,11 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                     f"which offers {offered} MiB and 100%",
                 )
             gpus.append(gpu)
-        return Served(pod, need, tuple(gpus))
+        return Placement(pod, need, tuple(gpus))
 
-    def _response(self, served: Served) -> pb.ContainerAllocateResponse:
+    def _response(self, placement: Placement) -> pb.ContainerAllocateResponse:
         """The container's env and mounts (its cache directory is made by `_prepare`)."""
-        pod, need = served.pod, served.need
+        pod, need = placement.pod, placement.need
         assert isinstance(pod, VgpuPod)
         if need.name in pod.accounting:
             return pb.ContainerAllocateResponse()
@@ -299,7 +299,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 pod,
             )
         devices = self._devices(pod, need)
-        envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(served.gpus)}
+        envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(placement.gpus)}
         for i, device in enumerate(devices):
             envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.memory * self.devices.layout.factor}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
@@ -319,10 +319,10 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             mounts.append(pb.Mount(container_path=hook.CONTAINER_PRELOAD, host_path=preload, read_only=True))
         return pb.ContainerAllocateResponse(envs=envs, mounts=mounts)
 
-    def _prepare(self, served: Served) -> None:
-        assert isinstance(served.pod, VgpuPod)
-        if served.need.name not in served.pod.accounting:
-            self.hook.container_dir(served.pod.uid, served.need.name)
+    def _prepare(self, placement: Placement) -> None:
+        assert isinstance(placement.pod, VgpuPod)
+        if placement.need.name not in placement.pod.accounting:
+            self.hook.container_dir(placement.pod.uid, placement.need.name)
 
     def _as_written(self, pod: Obj) -> Obj:
         """Volcano writes `devices-to-allocate` as a copy of `vgpu-ids-new` with `bind-phase:
@@ -333,21 +333,21 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         notes[keys.BIND_PHASE] = keys.BIND_PHASE_ALLOCATING
         return as_written(pod, notes)
 
-    def _shares(self, served: Served) -> tuple[GpuShare, ...]:
-        assert isinstance(served.pod, VgpuPod)
-        if served.need.name in served.pod.accounting:
+    def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
+        assert isinstance(placement.pod, VgpuPod)
+        if placement.need.name in placement.pod.accounting:
             return ()
-        devices = self._devices(served.pod, served.need)
+        devices = self._devices(placement.pod, placement.need)
         factor = self.devices.layout.factor
         return tuple(
             GpuShare(gpu.uuid, gpu.index, device.memory * factor, device.cores)
-            for gpu, device in zip(served.gpus, devices, strict=True)
+            for gpu, device in zip(placement.gpus, devices, strict=True)
         )
 
-    def _patches(self, served: Served, done: frozenset[Key]) -> list[Patch]:
-        pod = served.pod
+    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
+        pod = placement.pod
         assert isinstance(pod, VgpuPod)
-        if (pod.uid, served.need.name, self.resource) not in pod.slot_keys:
+        if (pod.uid, placement.need.name, self.resource) not in pod.slot_keys:
             return []  # an accounting answer changes no slot
         # Every served slot emptied, not only this one: the cache may not yet show the previous
         # container's patch (of either resource), and the last patch sent must not bring its
