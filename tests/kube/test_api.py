@@ -118,7 +118,12 @@ def _closed_by_four(kube: Kube, after_first_event: bool) -> str:
     stream = kube.watch_pods("", "0", 60)
     events: list[Obj] = []
     raised: list[BaseException] = []
-    reader = _recording(raised, lambda: [events.append(event) for event in stream])
+
+    def read() -> None:
+        for event in stream:
+            events.append(event)
+
+    reader = _recording(raised, read)
     if after_first_event:  # mid-stream; else the close may land before the first byte
         assert wait_for(lambda: len(events) > 0)
     for closer in [_recording(raised, stream.close) for _ in range(4)]:
