@@ -32,7 +32,7 @@ from deviceplugin.fit.bounds import shown
 from deviceplugin.fit.codec import decode_pod_devices, encode_pod_devices
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.model import Assigned
-from deviceplugin.fit.vgpu_slots import vgpu_slot_owners
+from deviceplugin.fit.vgpu_slots import SlotOwner, vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder
@@ -84,7 +84,22 @@ def _sets_disable_control(container: Obj) -> bool:
     )
 
 
-def _slots(notes: Mapping[str, str], problems: list[str]) -> tuple[tuple[Assigned, ...], ...] | None:
+# --- parse: annotations and containers to typed values, with why a present value is unreadable ---
+
+
+@dataclass(frozen=True, slots=True)
+class _Notes:
+    """The scheduler's vGPU annotations; a value that cannot be read is None, its reason in
+    `errors` (vgpu-time's first, then devices-to-allocate's)."""
+
+    node: str | None
+    mode: str
+    vgpu_time: int | None
+    slots: tuple[tuple[Assigned, ...], ...] | None  # devices-to-allocate, decoded
+    errors: tuple[str, ...]
+
+
+def _slots(notes: Mapping[str, str], errors: list[str]) -> tuple[tuple[Assigned, ...], ...] | None:
     raw = notes.get(keys.DEVICES_TO_ALLOCATE)
     if raw is None:
         return None
@@ -93,16 +108,33 @@ def _slots(notes: Mapping[str, str], problems: list[str]) -> tuple[tuple[Assigne
     try:
         return tuple(tuple(devices) for devices in decode_pod_devices(raw))
     except FitInputError as err:
-        problems.append(f"{keys.DEVICES_TO_ALLOCATE} {shown(raw)} cannot be decoded: {err}")
+        errors.append(f"{keys.DEVICES_TO_ALLOCATE} {shown(raw)} cannot be decoded: {err}")
         return None
 
 
-def _container_needs(
-    pod: Obj, resource: str, serves: Mapping[str, str], problems: list[str]
-) -> tuple[list[ContainerNeed], set[str], set[str]]:
-    """The containers kubelet calls `resource`'s Allocate for, in kubelet order; which of them it
-    only accounts for (their slot is another resource's); which set CUDA_DISABLE_CONTROL."""
-    needs, accounting, uncontrolled = [], set(), set()
+def _read_notes(notes: Mapping[str, str]) -> _Notes:
+    errors: list[str] = []
+    vgpu_time = annotation_time(notes, keys.VGPU_TIME, "seconds", errors)
+    slots = _slots(notes, errors)
+    return _Notes(
+        notes.get(keys.VGPU_NODE), notes.get(keys.VGPU_MODE, NODE_MODE), vgpu_time, slots, tuple(errors)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Containers:
+    """The containers kubelet calls the resource's Allocate for, in kubelet order; which of them
+    it only accounts for (their slot is another resource's); which set CUDA_DISABLE_CONTROL; and
+    what is wrong with them (an unreadable limit, a vGPU init container), in container order."""
+
+    needs: tuple[ContainerNeed, ...]
+    accounting: frozenset[str]
+    uncontrolled: frozenset[str]
+    problems: tuple[str, ...]
+
+
+def _read_containers(pod: Obj, resource: str, serves: Mapping[str, str]) -> _Containers:
+    needs, accounting, uncontrolled, problems = [], set(), set(), []
     for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
         for container in containers:
             name = objects.container_name(container)
@@ -123,7 +155,55 @@ def _container_needs(
             elif serves.get(name) != resource:
                 accounting.add(name)
             needs.append(ContainerNeed(name, init, units))
-    return needs, accounting, uncontrolled
+    return _Containers(tuple(needs), frozenset(accounting), frozenset(uncontrolled), tuple(problems))
+
+
+# --- validate: what protects the containers (the requests were Volcano's to judge) -------------
+
+
+def _placement_problems(notes: _Notes, node_name: str) -> list[str]:
+    """Whether the pod was placed on this node, in the mode it runs."""
+    problems = []
+    if notes.node is None:
+        problems.append(
+            f"no {keys.VGPU_NODE} annotation: vGPU pods must be placed by a Volcano-compatible scheduler "
+            "(Volcano's deviceshare plugin or this project's extender)"
+        )
+    elif notes.node != node_name:
+        problems.append(f"{keys.VGPU_NODE} is {notes.node!r}, but the pod is bound to {node_name!r}")
+    if notes.mode != NODE_MODE:
+        problems.append(f"{keys.VGPU_MODE} {notes.mode!r}: node {node_name} runs {NODE_MODE} only")
+    return problems
+
+
+def _slot_of(
+    slots: tuple[tuple[Assigned, ...], ...], owners: Sequence[SlotOwner], problems: list[str]
+) -> dict[str, int]:
+    """Each slot-owning container's slot; none (and the reason in `problems`) when the slot
+    count is not Volcano's for this spec: any mapping would be a guess that could give a
+    container another container's GPUs and limits."""
+    if len(slots) == len(owners):
+        return {owner.name: position for position, owner in enumerate(owners)}
+    problems.append(
+        f"{keys.DEVICES_TO_ALLOCATE} has {len(slots)} container slot(s); {len(owners)} container(s) "
+        f"limit {keys.VGPU_NUMBER} or {keys.VGPU_MEMORY} ({', '.join(o.name for o in owners)})"
+    )
+    return {}
+
+
+def _slot_size_problem(need: ContainerNeed, slot: Sequence[Assigned], resource: str) -> str | None:
+    """Kept strict: kubelet hands the container this many devices; a slot of another size was
+    not written for it."""
+    by_count = resource == keys.VGPU_NUMBER
+    if len(slot) == (need.units if by_count else 1):
+        return None
+    asks = f"{need.units} {resource}" if by_count else f"{resource} alone (one device)"
+    return (
+        f"container {need.name!r} asks for {asks}; {keys.DEVICES_TO_ALLOCATE} gives it {len(slot)} device(s)"
+    )
+
+
+# --- the reader ---------------------------------------------------------------------------------
 
 
 def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) -> VgpuPod | None:
@@ -135,8 +215,8 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
     Otherwise: `vgpu-time`, creation time, UID. Only what protects the containers is checked:
     the requests themselves were Volcano's to judge, and the slot says what each one gets.
     """
-    notes = objects.annotations_of(pod)
-    phase = notes.get(keys.BIND_PHASE)
+    annotations = objects.annotations_of(pod)
+    phase = annotations.get(keys.BIND_PHASE)
     if (
         objects.is_terminal(pod)
         or objects.metadata(pod).get("deletionTimestamp")
@@ -145,73 +225,46 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
         return None
     uid, namespace, name, created = pod_identity(pod)
     settled = phase == keys.BIND_PHASE_SUCCESS
-    problems: list[str] = []
     owners = vgpu_slot_owners(pod)
     serves = {owner.name: keys.VGPU_NUMBER if owner.by_count else keys.VGPU_MEMORY for owner in owners}
-    needs, accounting, uncontrolled = _container_needs(pod, resource, serves, problems)
+    containers = _read_containers(pod, resource, serves)
+    needs = containers.needs
     if settled:  # every slot is served; a late vgpu-memory call of a number container may remain
-        needs = [need for need in needs if need.name in accounting]
+        needs = tuple(need for need in needs if need.name in containers.accounting)
     if not needs:
         return None
-    node = notes.get(keys.VGPU_NODE)
-    if node is None:
-        problems.append(
-            f"no {keys.VGPU_NODE} annotation: vGPU pods must be placed by a Volcano-compatible scheduler "
-            "(Volcano's deviceshare plugin or this project's extender)"
-        )
-    elif node != node_name:
-        problems.append(f"{keys.VGPU_NODE} is {node!r}, but the pod is bound to {node_name!r}")
-    mode = notes.get(keys.VGPU_MODE, NODE_MODE)
-    if mode != NODE_MODE:
-        problems.append(f"{keys.VGPU_MODE} {mode!r}: node {node_name} runs {NODE_MODE} only")
-    vgpu_time = annotation_time(notes, keys.VGPU_TIME, "seconds", problems)
-    decoded = _slots(notes, problems)
-    if decoded is None and node is not None and not problems:
+    notes = _read_notes(annotations)
+
+    problems = [*containers.problems, *_placement_problems(notes, node_name), *notes.errors]
+    if notes.slots is None and notes.node is not None and not problems:
         problems.append(f"no {keys.DEVICES_TO_ALLOCATE} annotation")
-    slots = decoded or ()
-    slot_of: dict[str, int] = {}
-    if decoded is not None and owners:
-        # Kept strict: with a slot count that is not Volcano's for this spec, any mapping is a
-        # guess that could give a container another container's GPUs and limits.
-        if len(slots) != len(owners):
-            problems.append(
-                f"{keys.DEVICES_TO_ALLOCATE} has {len(slots)} container slot(s); {len(owners)} container(s) "
-                f"limit {keys.VGPU_NUMBER} or {keys.VGPU_MEMORY} ({', '.join(o.name for o in owners)})"
-            )
-        else:
-            slot_of = {owner.name: position for position, owner in enumerate(owners)}
+    slots = notes.slots or ()
+    slot_of = _slot_of(slots, owners, problems) if notes.slots is not None and owners else {}
     kept = []
     for need in needs:
         position = slot_of.get(need.name)
-        if need.name in accounting or position is None:
+        if need.name in containers.accounting or position is None:
             kept.append(need)
-            continue
-        if not slots[position]:
-            continue  # its slot was consumed already: served before the ledger knew
-        # Kept strict: kubelet hands the container this many devices; a slot of another size
-        # was not written for it.
-        by_count = resource == keys.VGPU_NUMBER
-        if len(slots[position]) != (need.units if by_count else 1):
-            asks = f"{need.units} {resource}" if by_count else f"{resource} alone (one device)"
-            problems.append(
-                f"container {need.name!r} asks for {asks}; "
-                f"{keys.DEVICES_TO_ALLOCATE} gives it {len(slots[position])} device(s)"
-            )
-        kept.append(need)
+        elif slots[position]:  # an empty slot was consumed already: served before the ledger knew
+            problem = _slot_size_problem(need, slots[position], resource)
+            if problem is not None:
+                problems.append(problem)
+            kept.append(need)
+
     return VgpuPod(
         uid=uid,
         namespace=namespace,
         name=name,
         needs=tuple(kept),
         need_keys=tuple((uid, need.name, resource) for need in kept),
-        rank=(bool(problems), vgpu_time is None, vgpu_time or 0, created, uid),
+        rank=(bool(problems), notes.vgpu_time is None, notes.vgpu_time or 0, created, uid),
         problem="; ".join(problems),
         slots=slots,
         slot_of=slot_of,
         slot_keys=tuple((uid, owner.name, serves[owner.name]) for owner in owners) if slot_of else (),
-        accounting=frozenset(accounting),
+        accounting=containers.accounting,
         settled=settled,
-        uncontrolled=frozenset(uncontrolled),
+        uncontrolled=containers.uncontrolled,
     )
 
 
