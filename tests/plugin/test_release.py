@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,12 @@ from deviceplugin.plugin.podresources import Listing
 from deviceplugin.plugin.recover import rebuild_ledger
 from deviceplugin.plugin.release import Reconciler, Releaser
 from deviceplugin.sim.kubelet import KubeletEmulator
+from deviceplugin.supervisor import Supervisor
 from tests.daemons import eventually
 from tests.disks import tmpfs
 from tests.plugin.rig import MEM, NODE, WAIT_S, Rig, envs, ids
-from tests.sim.test_kubelet_admission import container
+from tests.sim.test_kubelet import device
+from tests.sim.test_kubelet_admission import Plugins, container
 from tests.sim.test_kubelet_admission import pod as kube_pod
 
 
@@ -55,15 +57,21 @@ def test_without_the_socket_a_deletion_releases_at_once(share: Rig, tmp_path: Pa
     assert share.ledger.active() == []
 
 
-def test_while_list_is_briefly_away_a_deletion_waits_for_it(share: Rig, tmp_path: Path) -> None:
+def test_while_list_is_briefly_away_a_deletion_waits_for_it(
+    share: Rig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deviceplugin.plugin.release")
     with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as kubelet:
         name = unconfirmed_row(share)
         assert kubelet.pod_resources_socket is not None
         loop = releaser(share, kubelet.pod_resources_socket)
         loop.check_with_kubelet()  # List answered: the row is left to it
     loop.check_with_kubelet()  # kubelet away (a restart): List fails for now
+    (row,) = share.ledger.active()
     delete(share, name)
     assert [row.pod_name for row in share.ledger.active()] == [name]
+    (line,) = [r for r in caplog.records if r.getMessage() == "release left to the pod-resources check"]
+    assert line.__dict__["fields"] == {"pod_uid": row.pod_uid, "reason": "pod deleted"}
 
 
 def test_without_list_unconfirmed_rows_do_not_pile_up(share: Rig, tmp_path: Path) -> None:
@@ -319,3 +327,135 @@ def test_a_failed_correction_does_not_stop_the_release_of_unlisted_rows(
     assert share.ledger.active() == []
     lines = [r for r in caplog.records if r.getMessage() == "reconcile failed"]
     assert [r.__dict__["fields"] for r in lines] == [{"error": "RuntimeError('correction failed')"}] * 2
+
+
+# --- what kubelet's records keep ------------------------------------------------------------------
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[KubeletEmulator]:
+    with KubeletEmulator(tmp_path / "dp", pod_resources_socket=tmp_path / "pr.sock") as emulator:
+        yield emulator
+
+
+def listing_pod(kubelet: KubeletEmulator, name: str, *containers: str) -> None:
+    """Kubelet admitted a pod of this name whose containers hold no device."""
+    assert kubelet.admit(kube_pod(name, [container(c) for c in containers], namespace="ml")).admitted
+
+
+def holding_gpu_1(kubelet: KubeletEmulator, name: str) -> Iterator[None]:
+    """Kubelet gave gpu-memory devices 1-0..1-99 to container `cuda` of pod `name` (a plugin of
+    its own serves those IDs and prefers the lowest)."""
+    plugins = Plugins(kubelet)
+    plugin = plugins.serve([device(f"1-{n}") for n in range(100)], MEM)
+    plugin.answer = lambda request: [f"1-{n}" for n in range(request.allocation_size)]
+    assert kubelet.admit(kube_pod(name, [container("cuda", {MEM: 100})], namespace="ml")).admitted
+    yield
+    plugins.stop()
+
+
+def at(loop: Releaser, now: list[float], *times: float) -> None:
+    """Run the pod-resources check at each of `times` (the loop's clock)."""
+    for moment in times:
+        now[0] = moment
+        loop.check_with_kubelet()
+
+
+def clocked(share: Rig, kubelet: KubeletEmulator, now: list[float], grace_s: float = 30) -> Releaser:
+    assert kubelet.pod_resources_socket is not None
+    loop = Releaser(
+        share.ledger,
+        share.pods,
+        kubelet.pod_resources_socket,
+        interval_s=60,
+        grace_s=grace_s,
+        clock=lambda: now[0],
+    )
+    loop.add_reconciler(share.allocator)
+    return loop
+
+
+def test_a_row_whose_devices_kubelet_shows_under_another_container_stays(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    """Its container is not listed, but its device IDs are held: a row served as another pod keeps
+    its devices until that is corrected (here the holder is no pod of the API's to move it to)."""
+    served(share, "moved", 1)
+    for _ in holding_gpu_1(kubelet, "elsewhere"):
+        now = [0.0]
+        at(clocked(share, kubelet, now), now, 0, 30, 60)
+    assert [row.pod_name for row in share.ledger.active()] == ["moved"]
+
+
+def test_a_row_served_as_another_pod_goes_to_the_container_kubelet_shows_holding_it(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    """Served as "early" while kubelet admitted "late": once "early" is gone (it will not be served
+    again), the pass gives the row, placement and all, to "late", instead of releasing it."""
+    unconfirmed_row(share)  # "early" was served kubelet's devices 1-0..1-99
+    for _ in holding_gpu_1(kubelet, "late"):
+        now = [0.0]
+        loop = clocked(share, kubelet, now)
+        at(loop, now, 0)  # "early" may still come: nothing moves yet
+        delete(share, "early")  # left to the pod-resources check: its row may be another pod's
+        assert [row.pod_name for row in share.ledger.active()] == ["early"]
+        at(loop, now, 1)
+    (row,) = share.ledger.active()
+    assert (row.pod_name, row.container, row.device_ids) == ("late", "cuda", tuple(ids(1, 0, 100)))
+
+
+def test_a_run_to_completion_init_containers_row_stays_while_its_pod_lives(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    """Kubelet never lists a finished init container: its row goes with its pod, not after the grace."""
+    share.pod("staged", [("app", 100)], init=[("prepare", 200)])
+    share.allocator.allocate(ids(0, 0, 200))
+    share.allocator.allocate(ids(0, 0, 100))
+    listing_pod(kubelet, "staged", "app")
+    now = [0.0]
+    at(clocked(share, kubelet, now), now, 0, 30, 60)
+    assert sorted(row.container for row in share.ledger.active()) == ["app", "prepare"]
+
+
+def test_the_grace_period_restarts_when_kubelet_shows_the_container_again(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    uid = served(share, "flicker", 0)
+    now = [0.0]
+    loop = clocked(share, kubelet, now)
+    at(loop, now, 0)  # absent from now
+    listing_pod(kubelet, "flicker", "cuda")
+    at(loop, now, 20)  # shown again
+    kubelet.release("uid-flicker")
+    at(loop, now, 25, 50)  # absent for 25 s only
+    assert [row.pod_uid for row in share.ledger.active()] == [uid]
+    at(loop, now, 55)
+    assert share.ledger.active() == []
+
+
+def test_an_unconfirmed_row_kubelet_never_shows_goes_after_the_grace(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    """A deletion leaves an unconfirmed row to the pod-resources check; that check itself releases
+    it once kubelet has not shown its container or its devices for the grace period."""
+    unconfirmed_row(share)
+    now = [0.0]
+    at(clocked(share, kubelet, now), now, 0, 30)
+    assert share.ledger.active() == []
+
+
+def test_the_release_worker_reports_to_the_daemons_supervisor(share: Rig, tmp_path: Path) -> None:
+    """Its crashes are restarted and counted under the name `release` (the supervisor's test hook
+    makes each of its turns raise)."""
+    faults = tmp_path / "faults"
+    faults.write_text("release\n")
+    supervisor = Supervisor(faults=faults)
+    loop = Releaser(
+        share.ledger, share.pods, tmp_path / "none.sock", interval_s=0.01, grace_s=60, supervisor=supervisor
+    )
+    loop.start()
+    try:
+        eventually(lambda: supervisor.restarts().get("release", 0) >= 1)
+        assert any("worker release" in problem for problem in supervisor.problems())
+    finally:
+        loop.stop()
