@@ -32,7 +32,7 @@ from deviceplugin.ledgerfiles import CORRUPT, DISK_FULL, StorageError
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.identify import Identifier
-from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods, pod_identity
+from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods, finished, pod_identity
 from deviceplugin.plugin.podresources import Listing, listable
 from deviceplugin.plugin.swaps import (
     apply_moves,
@@ -189,7 +189,7 @@ class Placement:
 
 def _finished(pod: Obj | None) -> bool:
     """Gone, terminal or terminating: kubelet will call no Allocate for it."""
-    return pod is None or objects.is_terminal(pod) or objects.is_terminating(pod)
+    return pod is None or finished(pod)
 
 
 def as_written(pod: Obj, annotations: Mapping[str, str]) -> Obj:

@@ -23,7 +23,11 @@ from deviceplugin.plugin.pending import (
     Obj,
     PendingPod,
     annotation_time,
+    container_needs,
+    finished,
+    need_keys,
     pod_identity,
+    serving_rank,
     whole_units,
 )
 
@@ -40,24 +44,11 @@ def read_gpushare_pod(pod: Obj, resource: str) -> GpusharePod | None:
     creation time and UID.
     """
     notes = objects.annotations_of(pod)
-    if (
-        objects.is_terminal(pod)
-        or objects.metadata(pod).get("deletionTimestamp")
-        or notes.get(keys.GPU_ASSIGNED) == "true"
-    ):
+    if finished(pod) or notes.get(keys.GPU_ASSIGNED) == "true":
         return None
     uid, namespace, name, created = pod_identity(pod)
     problems: list[str] = []
-    needs: list[ContainerNeed] = []
-    for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
-        for container in containers:
-            try:
-                units = whole_units(container, resource)
-            except FitInputError as err:
-                problems.append(str(err))
-                continue
-            if units > 0:
-                needs.append(ContainerNeed(objects.container_name(container), init, units))
+    needs = tuple(container_needs(pod, resource, problems))
     gpu_index: tuple[int, ...] | None = None
     if keys.GPU_INDEX in notes:
         try:
@@ -69,9 +60,9 @@ def read_gpushare_pod(pod: Obj, resource: str) -> GpusharePod | None:
         uid=uid,
         namespace=namespace,
         name=name,
-        needs=tuple(needs),
-        need_keys=tuple((uid, need.name, resource) for need in needs),
-        rank=(gpu_index is None, predicate_time is None, predicate_time or 0, created, uid),
+        needs=needs,
+        need_keys=need_keys(uid, needs, resource),
+        rank=serving_rank(gpu_index is None, predicate_time, created, uid),
         problem="; ".join(problems),
         gpu_index=gpu_index,
     )

@@ -4,7 +4,9 @@ the pod is resolved from the pods bound to this node, the scheduler's annotation
 For a request of N units of a resource the candidates are the pods bound here that the scheduler
 has not seen served yet, whose *next* container for the resource (skipping what the ledger has
 served) asks for exactly N. Each strategy reads its own annotations into a `PendingPod` with its
-own `rank` (`plugin.gpushare`, `plugin.vgpu`); this module keeps those pods in serving order,
+own `rank` (`plugin.gpushare`, `plugin.vgpu`), from the steps here that every reader takes (is the
+pod `finished`, its `container_needs`, the scheduler's `annotation_time`, `serving_rank`); this
+module keeps those pods in serving order,
 parsed once per change as the pod cache reports it, so resolving with hundreds of pods on the
 node stays cheap.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import bisect
 import operator
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -72,6 +74,37 @@ class PendingPod:
 
     def containers_left(self, served: frozenset[Key]) -> int:
         return sum(1 for key in self.need_keys if key not in served)
+
+
+def finished(pod: Obj) -> bool:
+    """Succeeded, Failed or being deleted: kubelet calls no Allocate for it."""
+    return objects.is_terminal(pod) or objects.is_terminating(pod)
+
+
+def container_needs(pod: Obj, resource: str, problems: list[str]) -> Iterator[ContainerNeed]:
+    """The need of each container that limits `resource`, in kubelet's order (init containers
+    first). A limit that is not a whole number goes to `problems` as the walk reaches it, so a
+    caller's own notes on the containers it is given stay in container order."""
+    for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
+        for container in containers:
+            try:
+                units = whole_units(container, resource)
+            except FitInputError as err:
+                problems.append(str(err))
+                continue
+            if units > 0:
+                yield ContainerNeed(objects.container_name(container), init, units)
+
+
+def serving_rank(later: bool, scheduled_at: int | None, created: str, uid: str) -> tuple[Any, ...]:
+    """A candidate's order among those that arrived with it: `later` ones last (not placed, or
+    not servable as written), then by the scheduler's time (pods without one after those with),
+    creation time and UID."""
+    return (later, scheduled_at is None, scheduled_at or 0, created, uid)
+
+
+def need_keys(uid: str, needs: Iterable[ContainerNeed], resource: str) -> tuple[Key, ...]:
+    return tuple((uid, need.name, resource) for need in needs)
 
 
 def annotation_time(notes: Mapping[str, str], key: str, unit: str, problems: list[str]) -> int | None:

@@ -46,8 +46,11 @@ from deviceplugin.plugin.pending import (
     Obj,
     PendingPod,
     annotation_time,
+    container_needs,
+    finished,
+    need_keys,
     pod_identity,
-    whole_units,
+    serving_rank,
 )
 
 DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
@@ -134,28 +137,24 @@ class _Containers:
 
 
 def _read_containers(pod: Obj, resource: str, serves: Mapping[str, str]) -> _Containers:
-    needs, accounting, uncontrolled, problems = [], set(), set(), []
-    for init, containers in ((True, objects.init_containers(pod)), (False, objects.containers(pod))):
-        for container in containers:
-            name = objects.container_name(container)
-            if _sets_disable_control(container):
-                uncontrolled.add(name)
-            try:
-                units = whole_units(container, resource)
-            except FitInputError as err:
-                problems.append(str(err))
-                continue
-            if not units:
-                continue
-            if init:
-                # Kept strict: Volcano books nothing for init containers and writes them no slot,
-                # so there are no limits to give; serving one would run an unbooked process
-                # on a shared GPU (the upstream plugin hands it the first app container's slot).
-                problems.append(f"init container {name!r}: vGPU is served to app containers only")
-            elif serves.get(name) != resource:
-                accounting.add(name)
-            needs.append(ContainerNeed(name, init, units))
-    return _Containers(tuple(needs), frozenset(accounting), frozenset(uncontrolled), tuple(problems))
+    uncontrolled = frozenset(
+        objects.container_name(container)
+        for container in (*objects.init_containers(pod), *objects.containers(pod))
+        if _sets_disable_control(container)
+    )
+    needs: list[ContainerNeed] = []
+    accounting: set[str] = set()
+    problems: list[str] = []
+    for need in container_needs(pod, resource, problems):
+        if need.init:
+            # Kept strict: Volcano books nothing for init containers and writes them no slot,
+            # so there are no limits to give; serving one would run an unbooked process
+            # on a shared GPU (the upstream plugin hands it the first app container's slot).
+            problems.append(f"init container {need.name!r}: vGPU is served to app containers only")
+        elif serves.get(need.name) != resource:
+            accounting.add(need.name)
+        needs.append(need)
+    return _Containers(tuple(needs), frozenset(accounting), uncontrolled, tuple(problems))
 
 
 # --- validate: what protects the containers (the requests were Volcano's to judge) -------------
@@ -217,11 +216,7 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
     """
     annotations = objects.annotations_of(pod)
     phase = annotations.get(keys.BIND_PHASE)
-    if (
-        objects.is_terminal(pod)
-        or objects.metadata(pod).get("deletionTimestamp")
-        or phase == keys.BIND_PHASE_FAILED
-    ):
+    if finished(pod) or phase == keys.BIND_PHASE_FAILED:
         return None
     uid, namespace, name, created = pod_identity(pod)
     settled = phase == keys.BIND_PHASE_SUCCESS
@@ -256,8 +251,8 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
         namespace=namespace,
         name=name,
         needs=tuple(kept),
-        need_keys=tuple((uid, need.name, resource) for need in kept),
-        rank=(bool(problems), notes.vgpu_time is None, notes.vgpu_time or 0, created, uid),
+        need_keys=need_keys(uid, kept, resource),
+        rank=serving_rank(bool(problems), notes.vgpu_time, created, uid),
         problem="; ".join(problems),
         slots=slots,
         slot_of=slot_of,
