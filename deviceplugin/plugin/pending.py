@@ -6,9 +6,8 @@ has not seen served yet, whose *next* container for the resource (skipping what 
 served) asks for exactly N. Each strategy reads its own annotations into a `PendingPod` with its
 own `rank` (`plugin.gpushare`, `plugin.vgpu`), from the steps here that every reader takes (is the
 pod `finished`, its `container_needs`, the scheduler's `annotation_time`, `serving_rank`); this
-module keeps those pods in serving order,
-parsed once per change as the pod cache reports it, so resolving with hundreds of pods on the
-node stays cheap.
+module keeps those pods in serving order, parsed once per change as the pod cache reports it, so
+resolving with hundreds of pods on the node stays cheap.
 
 Serving order is kubelet's admission order as far as this node can see it. Kubelet admits the pods
 its watch of `spec.nodeName=<node>` delivers one at a time, in the order they became bound; a batch
