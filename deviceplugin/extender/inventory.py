@@ -26,8 +26,8 @@ from typing import Any
 
 from deviceplugin.fit import Compat, GpuState, VgpuConfig, holds_gpus, labelled_strategy, published_strategy
 from deviceplugin.fit import keys as fitkeys
-from deviceplugin.fit.bounds import parse_decimal
-from deviceplugin.fit.errors import AnnotationError, FitInputError
+from deviceplugin.fit.codec import parse_memory_factor
+from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.families import Family, family_of
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import is_volcano_compat
@@ -100,15 +100,7 @@ def other_strategy(node: Obj, family: Family) -> str:
 def memory_factor(node: Obj) -> int:
     """MiB per memory unit the node's plugin advertises (`volcano.sh/gpu-memory-factor`, default 1)."""
     raw = _section(node, "metadata", "annotations").get(fitkeys.GPU_MEMORY_FACTOR)
-    if raw is None:
-        return 1
-    what = f"annotation {fitkeys.GPU_MEMORY_FACTOR}"
-    factor = parse_decimal(
-        str(raw).strip(), what, AnnotationError, kind="a positive whole number", meaning="a memory factor"
-    )
-    if factor <= 0:
-        raise AnnotationError(f"{what} {raw!r} is not a positive whole number")
-    return factor
+    return 1 if raw is None else parse_memory_factor(raw)
 
 
 @dataclass(eq=False)

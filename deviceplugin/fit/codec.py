@@ -1,4 +1,4 @@
-"""Annotation codecs: pod devices, node registration, GPU index lists, MIG device IDs.
+"""Annotation codecs: pod devices, node registration, GPU index lists, memory factor, MIG device IDs.
 
 Decoders are strict by default and raise an `AnnotationError` subclass naming the position and
 the problem. `compat="volcano"` decoders read values the way Volcano does (skipping what it skips,
@@ -13,7 +13,7 @@ from typing import Literal
 
 from deviceplugin.fit import goint, keys
 from deviceplugin.fit.bounds import MAX_NODE_GPUS, parse_decimal, shown
-from deviceplugin.fit.errors import GpuIndexError, NodeRegisterError, PodDevicesError
+from deviceplugin.fit.errors import AnnotationError, GpuIndexError, NodeRegisterError, PodDevicesError
 from deviceplugin.fit.model import Assigned, Compat, GpuState, is_volcano_compat
 
 Dialect = Literal["volcano", "hami"]
@@ -98,6 +98,18 @@ def parse_unhealthy_ids(value: str, compat: Compat = None) -> frozenset[int]:
 
 
 # --- MIG device IDs --------------------------------------------------------------------------
+
+
+def parse_memory_factor(value: object) -> int:
+    """A node's `volcano.sh/gpu-memory-factor` annotation: MiB per memory unit its plugin
+    advertises (a positive whole number)."""
+    what = f"annotation {keys.GPU_MEMORY_FACTOR}"
+    factor = parse_decimal(
+        str(value).strip(), what, AnnotationError, kind="a positive whole number", meaning="a memory factor"
+    )
+    if factor <= 0:
+        raise AnnotationError(f"{what} {value!r} is not a positive whole number")
+    return factor
 
 
 def encode_mig_id(uuid: str, group: str, position: int) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from deviceplugin.fit import keys, node_strategy, objects
+from deviceplugin.fit.codec import parse_memory_factor
+from deviceplugin.fit.errors import AnnotationError
 from deviceplugin.inspect.model import Strategy
 
 
@@ -17,12 +19,10 @@ def memory_factor(node: objects.Obj) -> tuple[int, str | None]:
     """MiB per advertised memory unit (annotation `volcano.sh/gpu-memory-factor`, default 1), and a
     problem note when the annotation is unreadable (then 1 is assumed)."""
     value = objects.annotations_of(node).get(keys.GPU_MEMORY_FACTOR)
-    if value is None:
-        return 1, None
-    text = str(value).strip()
-    if text.isascii() and text.isdigit() and int(text) > 0:
-        return int(text), None
-    return 1, f"{keys.GPU_MEMORY_FACTOR} {value!r} is not a positive whole number; 1 MiB per unit assumed"
+    try:
+        return (1 if value is None else parse_memory_factor(value)), None
+    except AnnotationError as err:
+        return 1, f"{err}; 1 MiB per unit assumed"
 
 
 def node_address(node: objects.Obj) -> str:

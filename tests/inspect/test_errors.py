@@ -90,7 +90,22 @@ def test_unreadable_memory_factor_is_noted(apiserver: ApiServerEmulator, inspect
     (node,) = json.loads(inspect("-o", "json").out)["nodes"]
     assert node["gpus"][0]["memoryMiB"] == {"allocated": 0, "total": 4096}
     assert node["problems"] == [
-        "volcano.sh/gpu-memory-factor 'auto' is not a positive whole number; 1 MiB per unit assumed"
+        f"annotation {keys.GPU_MEMORY_FACTOR} 'auto' is not a positive whole number; 1 MiB per unit assumed"
+    ]
+
+
+def test_memory_factor_of_4301_digits_is_noted(apiserver: ApiServerEmulator, inspect: Inspect) -> None:
+    """The factor is read as the extender reads it, digits bounded: kubectl-gpushare read it with
+    int() and died of Python's 4300-digit limit (a ValueError) on such a node."""
+    factor = "9" * 4301
+    apiserver.create("nodes", share_node("gpu-f", "10.0.0.32", 1, 4096, {keys.GPU_MEMORY_FACTOR: factor}))
+    run = inspect("-o", "json")
+    assert run.code == 0, run.err
+    (node,) = json.loads(run.out)["nodes"]
+    assert node["gpus"][0]["memoryMiB"] == {"allocated": 0, "total": 4096}
+    assert node["problems"] == [
+        f"annotation {keys.GPU_MEMORY_FACTOR} has 4301 digits; a memory factor has at most 19; "
+        "1 MiB per unit assumed"
     ]
 
 
