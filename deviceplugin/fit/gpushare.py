@@ -15,7 +15,7 @@ from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.errors import QuantityError, RequestError
 from deviceplugin.fit.model import Assigned, Compat, FitResult, GpuState, is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
-from deviceplugin.fit.quantity import go_quantity_value, parse_quantity
+from deviceplugin.fit.quantity import go_quantity_value, whole_quantity
 
 Strategy = Literal["share", "number"]
 
@@ -28,12 +28,12 @@ def _container_units(pod: objects.Obj, container: objects.Obj, resource: str, vo
         return go_quantity_value(raw)
     where = f"pod {objects.display_name(pod)} container {objects.container_name(container)!r}: {resource}"
     try:
-        amount = parse_quantity(raw)
+        units = whole_quantity(raw)
     except QuantityError as err:
         raise RequestError(f"{where}: {err}") from None
-    if amount < 0 or amount.denominator != 1:
+    if units is None:
         raise RequestError(f"{where} must be a non-negative whole number, not {raw!r}")
-    return amount.numerator
+    return units
 
 
 def _pod_units(pod: objects.Obj, resource: str, compat: Compat) -> int:

@@ -97,6 +97,13 @@ def parse_quantity(value: object) -> Fraction:
     return -amount if match["sign"] == "-" else amount
 
 
+def whole_quantity(value: object) -> int | None:
+    """The quantity as a count of whole devices or units; None when it is negative or has a
+    fraction (QuantityError when it is no quantity)."""
+    amount = parse_quantity(value)
+    return amount.numerator if amount >= 0 and amount.denominator == 1 else None
+
+
 def quantity_ceil(value: object) -> int:
     """Kubernetes `Quantity.Value()`: the value rounded away from zero to an integer."""
     amount = parse_quantity(value)

@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 from deviceplugin.fit import objects
 from deviceplugin.fit.bounds import parse_decimal
 from deviceplugin.fit.errors import AnnotationError, FitInputError
-from deviceplugin.fit.quantity import parse_quantity
+from deviceplugin.fit.quantity import whole_quantity
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.kube.rejections import Rejections
 from deviceplugin.ledger import Key
@@ -131,12 +131,12 @@ def whole_units(container: Obj, resource: str) -> int:
     raw = objects.limits(container).get(resource)
     if raw is None:
         return 0
-    amount = parse_quantity(raw)
-    if amount < 0 or amount.denominator != 1:
+    units = whole_quantity(raw)
+    if units is None:
         raise FitInputError(
             f"container {objects.container_name(container)!r}: {resource} {raw!r} is not a whole number"
         )
-    return amount.numerator
+    return units
 
 
 def asks_for(pod: Obj, resources: Collection[str]) -> bool:
