@@ -459,3 +459,20 @@ def test_the_release_worker_reports_to_the_daemons_supervisor(share: Rig, tmp_pa
         assert any("worker release" in problem for problem in supervisor.problems())
     finally:
         loop.stop()
+
+
+def test_without_the_api_server_kubelets_records_alone_release_rows(
+    share: Rig, kubelet: KubeletEmulator
+) -> None:
+    """A daemon run without a kubeconfig has no pod cache: rows go once kubelet has not shown them
+    for the grace period."""
+    served(share, "unwatched", 0)
+    assert kubelet.pod_resources_socket is not None
+    now = [0.0]
+    loop = Releaser(
+        share.ledger, None, kubelet.pod_resources_socket, interval_s=60, grace_s=30, clock=lambda: now[0]
+    )
+    at(loop, now, 0, 29)
+    assert len(share.ledger.active()) == 1
+    at(loop, now, 30)
+    assert share.ledger.active() == []
