@@ -20,27 +20,14 @@ _QUANTITY = re.compile(
     r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?",
     re.ASCII,  # the grammar's digits are 0-9 only
 )
-_SUFFIX = {
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 _DECIMAL_EXPONENT = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_EXPONENT = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_SUFFIX = {  # each suffix's exact multiplier
+    **{suffix: Fraction(2) ** power for suffix, power in _BINARY_EXPONENT.items()},
+    **{suffix: Fraction(10) ** power for suffix, power in _DECIMAL_EXPONENT.items() if suffix},
+}
 _GO_INT64_DIGITS = 18  # apimachinery's maxInt64Factors
 _MAX_INT = 10**MAX_QUANTITY_LENGTH
 # Go's Value() of N x 10^scale, N < 10^64, is the same for every scale past ±128: 1 (rounded up
