@@ -472,7 +472,7 @@ class Daemon:
 
     def snapshot(self) -> DaemonSnapshot:
         """What the daemon reports about itself now (`/metrics` reads only this)."""
-        services, gpu, stats, factor = self.services, self.gpu, self.stats, self.layout.factor
+        services, gpu, stats, layout = self.services, self.gpu, self.stats, self.layout
         ledger = services.ledger
         _, health = gpu.health.snapshot()
         usage = {row.uuid: row for row in ledger.usage_by_gpu()}
@@ -481,16 +481,16 @@ class Daemon:
                 info.uuid,
                 info.index,
                 bool(health.get(info.uuid)),
-                self.layout.vgpu_memory_units(info),
+                layout.vgpu_memory_units(info),
                 used.pods if used else 0,
-                used.memory // factor if used else 0,
+                layout.units(used.memory) if used else 0,
                 used.cores if used else 0,
             )
             for info in gpu.gpus
             for used in (usage.get(info.uuid),)
         )
         pods = tuple(
-            PodOnGpu(row.uuid, row.pod_name, row.namespace, row.memory // factor, row.cores)
+            PodOnGpu(row.uuid, row.pod_name, row.namespace, layout.units(row.memory), row.cores)
             for row in ledger.usage_by_pod()
         )
         registrar, kube = services.registrar, services.kube

@@ -61,13 +61,21 @@ class Layout:
     memory_scaling: float = 1.0
     core_scaling: float = 1.0
 
+    def mib(self, units: int) -> int:
+        """Memory units (the devices of a memory resource, as annotations count them) in MiB."""
+        return units * self.factor
+
+    def units(self, mib: int) -> int:
+        """MiB in whole memory units, rounded down."""
+        return mib // self.factor
+
     def vgpu_memory_mib(self, gpu: GpuInfo) -> int:
         """The MiB a GPU offers to vGPU pods: its memory x scaling, truncated as HAMi's Go does."""
         return int(gpu.memory_mib * self.memory_scaling)
 
     def vgpu_memory_units(self, gpu: GpuInfo) -> int:
         """`vgpu-memory` devices, and the memory registered for Volcano, of one GPU."""
-        return self.vgpu_memory_mib(gpu) // self.factor
+        return self.units(self.vgpu_memory_mib(gpu))
 
     @property
     def vgpu_cores(self) -> int:
@@ -136,7 +144,7 @@ def _numbered(prefix: str, count: int) -> list[IdRun]:
 def id_runs(resource: Resource, gpu: GpuInfo, layout: Layout) -> list[IdRun]:
     """The device IDs one GPU contributes to a resource (SPEC §2)."""
     if resource.pattern == "index-unit":
-        return _numbered(f"{gpu.index}-", gpu.memory_mib // layout.factor)
+        return _numbered(f"{gpu.index}-", layout.units(gpu.memory_mib))
     if resource.pattern == "uuid":
         return [IdRun(gpu.uuid, numbered=False)]
     if resource.pattern == "uuid-slot":

@@ -129,7 +129,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
                     "a gpu-memory pod lives on one",
                 )
             gpu = self._gpu(where, pod.gpu_index[0])
-            wanted = need.units * self.devices.layout.factor
+            wanted = self.devices.layout.mib(need.units)
             if wanted > gpu.memory_mib:
                 raise AllocateError(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -157,7 +157,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
         """
         envs = {
             "NVIDIA_VISIBLE_DEVICES": self._visible(placement.gpus),
-            "VOLCANO_GPU_ALLOCATED": str(placement.need.units * self.devices.layout.factor),
+            "VOLCANO_GPU_ALLOCATED": str(self.devices.layout.mib(placement.need.units)),
         }
         envs["VOLCANO_GPU_TOTAL"] = envs["VOLCANO_GPU_MEMORY_TOTAL"] = str(placement.gpus[0].memory_mib)
         return pb.ContainerAllocateResponse(envs=envs)
@@ -165,7 +165,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
     def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
         if self.share:
             gpu = placement.gpus[0]
-            return (GpuShare(gpu.uuid, gpu.index, placement.need.units * self.devices.layout.factor),)
+            return (GpuShare(gpu.uuid, gpu.index, self.devices.layout.mib(placement.need.units)),)
         return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in placement.gpus)
 
     def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:

@@ -319,7 +319,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                     f"{self.node_name} does not have",
                 )
             self._usable(gpu, where, keys.DEVICES_TO_ALLOCATE)
-            memory = device.memory * self.devices.layout.factor
+            memory = self.devices.layout.mib(device.memory)
             offered = self.devices.layout.vgpu_memory_mib(gpu)  # above the card's when oversubscribed
             if memory > offered or device.cores > 100:
                 raise AllocateError(
@@ -349,7 +349,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         devices = self._devices(pod, need)
         envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(placement.gpus)}
         for i, device in enumerate(devices):
-            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.memory * self.devices.layout.factor}m"
+            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{self.devices.layout.mib(device.memory)}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
         envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook.CONTAINER_CACHE_DIR}/{pod.uid}.cache"
         if self.devices.layout.memory_scaling > 1:  # as HAMi: the upstream Volcano plugin keys it to cores
@@ -386,9 +386,9 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         if placement.need.name in placement.pod.accounting:
             return ()
         devices = self._devices(placement.pod, placement.need)
-        factor = self.devices.layout.factor
+        layout = self.devices.layout
         return tuple(
-            GpuShare(gpu.uuid, gpu.index, device.memory * factor, device.cores)
+            GpuShare(gpu.uuid, gpu.index, layout.mib(device.memory), device.cores)
             for gpu, device in zip(placement.gpus, devices, strict=True)
         )
 
@@ -425,7 +425,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         if not owners or len(written) != len(owners):
             return None
         serving = {row.container: row for row in rows if row.gpus}
-        factor = self.devices.layout.factor
+        layout = self.devices.layout
         booked: list[Sequence[Assigned]] = []
         waiting: list[Sequence[Assigned]] = []
         for owner, slot in zip(owners, written, strict=True):
@@ -435,7 +435,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 waiting.append(slot)
                 continue
             nvidia = keys.REQUEST_TYPE_NVIDIA
-            booked.append([Assigned(g.uuid, None, nvidia, g.memory // factor, g.cores) for g in row.gpus])
+            booked.append([Assigned(g.uuid, None, nvidia, layout.units(g.memory), g.cores) for g in row.gpus])
             waiting.append([])
         annotations = {
             keys.VGPU_IDS_NEW: encode_pod_devices(booked),
