@@ -12,6 +12,7 @@ from deviceplugin.config import load_config
 from deviceplugin.plugin.daemon import Daemon
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, streaming
+from tests.kube.waiting import wait_for
 
 
 @pytest.fixture
@@ -35,6 +36,8 @@ def daemon(workdir: Path, kubelet: KubeletEmulator) -> Iterator[Daemon]:
 
 def test_the_snapshot_holds_what_metrics_shows(daemon: Daemon, kubelet: KubeletEmulator) -> None:
     assert kubelet.wait_for(streaming("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory"), TIMEOUT_S)
+    # kubelet may see a plugin's stream before the daemon has recorded that registration
+    assert wait_for(lambda: len(daemon.snapshot().registrations) >= 2, TIMEOUT_S)
     taken = daemon.snapshot()
     assert taken.node_name == "node-1"
     assert [(gpu.uuid, gpu.index, gpu.healthy, gpu.memory_limit) for gpu in taken.gpus] == [
