@@ -26,6 +26,7 @@ from typing import Any
 
 from deviceplugin.ledgerfiles import (
     CORRUPT,
+    IO_ERROR,
     StorageError,
     move_aside,
     private_dir,
@@ -207,6 +208,21 @@ def _patch(target: str, namespace: str, name: str, text: str) -> Patch:
     return Patch(target, namespace, name, stored["annotations"], stored.get("uid", ""))
 
 
+def _configure(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before Allocate answers
+    db.execute("PRAGMA foreign_keys=ON")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at `path` (device, inode); None when none is."""
+    try:
+        found = path.stat()
+    except OSError:  # gone, or its directory unreadable: either way not the file open
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _schema(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
     return db.execute(
         "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
@@ -248,11 +264,10 @@ class Ledger:
         except OSError as err:
             raise LedgerError(f"ledger {path}: {err}") from None
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._file = _identity(path)
         try:
             self._check()  # first: a file found unusable is moved aside as it was
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before Allocate answers
-            self._db.execute("PRAGMA foreign_keys=ON")
+            _configure(self._db)
             self._migrate()
             rows = self._db.execute(
                 "SELECT pod_uid, container, resource, device_key FROM allocations WHERE state = 'allocated'"
@@ -326,7 +341,10 @@ class Ledger:
         recovers, with nothing else to write."""
         with self._lock:
             now = self._clock()
-            if self._problem is not None and now - self._probed_at >= PROBE_INTERVAL_S:
+            removed = _identity(self.path) != self._file  # noticed without waiting for a write
+            if (removed and self._problem is None) or (
+                self._problem is not None and now - self._probed_at >= PROBE_INTERVAL_S
+            ):
                 self._probed_at = now
                 with contextlib.suppress(StorageError), self._transaction() as db:
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # rewrites a page
@@ -338,8 +356,8 @@ class Ledger:
         the ledger's problem until a write succeeds; any other is a bug and passes as it is."""
         try:
             yield
-        except sqlite3.Error as err:
-            problem = storage_error(err, self.path)
+        except (sqlite3.Error, StorageError) as err:
+            problem = err if isinstance(err, StorageError) else storage_error(err, self.path)
             if problem is None:
                 raise
             self.storage_errors[problem.problem] += 1
@@ -369,6 +387,7 @@ class Ledger:
         `durable=False` skips the fsync (WAL, synchronous=NORMAL): for bookkeeping whose loss in a
         crash is harmless, like marking an idempotent patch sent."""
         with self._lock, self._disk():
+            self._restore_if_removed()
             if self._db.in_transaction:  # a COMMIT or ROLLBACK the disk failed can leave one open
                 self._db.execute("ROLLBACK")
             if not durable:
@@ -389,6 +408,31 @@ class Ledger:
                 if not durable:
                     self._db.execute("PRAGMA synchronous=FULL")
             self._written()
+
+    def _restore_if_removed(self) -> None:
+        """The file at the ledger's path is no longer the one open (the state dir was removed, or
+        the file replaced): writes would go on into an unlinked file, lost at the next start. The
+        open connection still reads every row, so it is copied back to the path and used there."""
+        if _identity(self.path) == self._file:
+            return
+        log.error("ledger file removed or replaced while open: restoring it", path=str(self.path))
+        try:
+            private_dir(self.path.parent)
+            if self.path.exists():
+                move_aside(self.path)
+            private_files(self.path)  # empty and 0600: VACUUM INTO fills it
+        except OSError as err:
+            raise StorageError(
+                IO_ERROR, f"the ledger {self.path} was removed and cannot be restored: {err}"
+            ) from None
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        self._db.execute("VACUUM INTO ?", (str(self.path),))
+        restored = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        _configure(restored)
+        self._db.close()
+        self._db, self._file = restored, _identity(self.path)
+        log.info("ledger restored at its path", path=str(self.path), rows=len(self._live))
 
     def _remember(self, key: Key, devices: str) -> None:
         self._live[key] = devices
