@@ -23,6 +23,7 @@ import grpc
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import objects
+from deviceplugin.fit.bounds import shown
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -147,7 +148,9 @@ def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
         raise AllocateError(
             grpc.StatusCode.INVALID_ARGUMENT,
             "unknown-devices",
-            f"{resource}: device IDs {', '.join(unknown[:5])} are not devices of this node",
+            # a hostile client's ID clipped: quoted whole, a 1 MB one broke gRPC's status limit
+            f"{resource}: device IDs {', '.join(d if len(d) <= 64 else shown(d) for d in unknown[:5])} "
+            "are not devices of this node",
         )
     return [gpu for gpu in gpus if gpu is not None]
 

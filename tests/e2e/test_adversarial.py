@@ -9,6 +9,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+import pytest
+
+from deviceplugin.api import deviceplugin_grpc
+from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
 from tests.daemons import Daemon, eventually
@@ -41,3 +46,27 @@ def test_a_removed_state_dir_is_restored_with_every_row(
     assert "ledger file removed" in daemon.output()
     share.admit(kubelet, share.make_pod(apiserver, "after", 1024), daemon)
     eventually(lambda: ("after", "allocated") in rows(ledger), daemon)
+
+
+def allocate(kubelet: KubeletEmulator, workdir: Path, device_ids: list[str]) -> grpc.RpcError:
+    """A hostile client's Allocate of `device_ids` on the daemon's gpu-memory socket: its error."""
+    endpoint = next(r.endpoint for r in kubelet.registrations if r.resource == share.MEM)
+    with grpc.insecure_channel(f"unix://{workdir / 'plugins' / endpoint}") as channel:
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=device_ids)])
+        with pytest.raises(grpc.RpcError) as refused:
+            deviceplugin_grpc.DevicePluginStub(channel).Allocate(request, timeout=30)
+    return refused.value
+
+
+def test_a_huge_unknown_device_id_gets_a_clear_error_not_a_broken_stream(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """A 1 MB device ID: the refusal quoted it whole, over gRPC's 16 KiB limit on a status message,
+    so the client got `RESOURCE_EXHAUSTED: Stream removed (received metadata size exceeds hard
+    limit)` instead of the reason, and the daemon logged a 1 MB line."""
+    daemon = share.launch(start, apiserver, kubelet, workdir)
+    error = allocate(kubelet, workdir, ["x" * 1_000_000, "0-1"])
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "are not devices of this node" in error.details() and "1000000 characters" in error.details()
+    assert max(len(line) for line in daemon.output().splitlines()) < 10_000
+    share.admit(kubelet, share.make_pod(apiserver, "after", 1024), daemon)  # still serving
