@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import sqlite3
@@ -94,9 +95,12 @@ def test_released_container_can_be_served_again(ledger: Ledger) -> None:
     assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-9"]) == fresh
 
 
-def test_release_then_the_uid_served_again_then_release_again(tmp_path: Path) -> None:
+def test_release_then_the_uid_served_again_then_release_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The second release takes the rows served since the first, and only them: the first
     incarnation's other container keeps its release time, so it is purged on its own schedule."""
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
     now = [1000.0]
     ledger = Ledger(tmp_path / "l.db", clock=lambda: now[0])
     ledger.record(allocation("u", "main", ids=("0-1",)))
@@ -112,6 +116,11 @@ def test_release_then_the_uid_served_again_then_release_again(tmp_path: Path) ->
     assert ledger.find_by_devices("volcano.sh/gpu-memory", ["0-3"]) is None
     assert ledger.purge(retention_s=150) == 1  # "side", released 200 s ago; "main" 0 s ago stays
     assert ledger.release_pod("u", "a third time") == 0
+    lines = [r.__dict__["fields"] for r in caplog.records if r.getMessage() == "ledger released"]
+    assert lines == [
+        {"pod_uid": "u", "containers": 2, "reason": "pod deleted"},
+        {"pod_uid": "u", "containers": 1, "reason": "pod deleted again"},
+    ]
 
 
 def test_reassign_swaps_two_rows_with_their_patches_atomically(tmp_path: Path) -> None:
@@ -358,3 +367,131 @@ def test_a_full_disk_changes_nothing_and_passes(tmp_path: Path) -> None:
         assert [entry.patch.name for entry in reopened.due()] == ["other"]
         assert reopened.served() == {("kept", "main", "volcano.sh/gpu-memory")}
         reopened.close()
+
+
+# --- found by mutation testing (issue 14) -----------------------------------------------------
+
+
+def test_the_on_disk_format_a_later_version_reads(tmp_path: Path) -> None:
+    """Rows and outbox entries as stored, so a ledger written now is found again after an upgrade:
+    kubelet's device IDs sorted and comma-joined (what a repeated Allocate is looked up by) and in
+    kubelet's order as JSON; a pod patch's UID kept with it."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    patch = Patch("pod", "ml", "p", {"a": "1", "b": None}, uid="uid-p")
+    ledger.record(allocation(ids=("0-2", "0-10", "0-1")), [patch])
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT device_key, device_ids FROM allocations").fetchone() == (
+            "0-1,0-10,0-2",
+            '["0-2", "0-10", "0-1"]',
+        )
+        assert json.loads(db.execute("SELECT patch FROM outbox").fetchone()[0]) == {
+            "annotations": {"a": "1", "b": None},
+            "uid": "uid-p",
+        }
+        db.execute(
+            "INSERT INTO outbox (target, namespace, name, patch, next_attempt_at, created_at)"
+            """ VALUES ('pod', 'ml', 'q', '{"annotations": {"c": "1"}}', 0, 0)"""
+        )
+        db.commit()
+    assert [entry.patch for entry in ledger.due()] == [patch, Patch("pod", "ml", "q", {"c": "1"})]
+    assert ledger.get("uid-nobody", "main", "volcano.sh/gpu-memory") is None
+
+
+def test_when_the_next_outbox_entry_is_due(tmp_path: Path) -> None:
+    """`due_in` is what the outbox worker sleeps for: None with nothing queued; a retried entry's
+    delay; pod entries the worker holds back do not count, node entries always do."""
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now[0])
+    assert ledger.due_in() is None
+    ledger.enqueue([Patch("pod", "ml", "p", {"a": "1"})])
+    (pod_entry,) = ledger.due()
+    assert ledger.due_in() == 0.0
+    ledger.retry_later(pod_entry.id, "503", 7.5)
+    assert ledger.due_in() == 7.5
+    now[0] += 2.5
+    assert ledger.due_in() == 5.0
+    assert ledger.due_in(hold_pods_through=pod_entry.id) is None  # held back: nothing else waits
+    ledger.enqueue([Patch("node", "", "n", {"lock": None})])
+    assert ledger.due_in(hold_pods_through=pod_entry.id) == 0.0
+    assert ledger.last_outbox_id() == pod_entry.id + 1
+
+
+def test_more_due_than_counts_exactly(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.db")
+    ledger.enqueue([Patch("pod", "ml", f"p{n}", {"a": "1"}) for n in range(3)])
+    assert ledger.more_due_than(2) and not ledger.more_due_than(3)
+    first = ledger.due()[0].id
+    assert not ledger.more_due_than(2, hold_pods_through=first)
+    assert ledger.more_due_than(1, hold_pods_through=first)
+
+
+def test_reassign_moves_a_row_to_another_namespace_and_container(ledger: Ledger) -> None:
+    memory = "volcano.sh/gpu-memory"
+    row = ledger.record(allocation("a", ids=("0-1",)))
+    ledger.reassign([Move(("a", "main", memory), "b", "team", "pod-b", "worker")])
+    moved = ledger.get("b", "worker", memory)
+    assert moved is not None
+    assert (moved.namespace, moved.pod_name, moved.container, moved.device_ids) == (
+        "team",
+        "pod-b",
+        "worker",
+        row.device_ids,
+    )
+    assert [(u.namespace, u.pod_name) for u in ledger.usage_by_pod()] == [("team", "pod-b")]
+
+
+def test_reassign_refuses_two_rows_onto_one_container(ledger: Ledger) -> None:
+    memory = "volcano.sh/gpu-memory"
+    ledger.record(allocation("a", ids=("0-1",)))
+    ledger.record(allocation("b", ids=("0-2",)))
+    onto_c = [Move((uid, "main", memory), "c", "ml", "pod-c", "main") for uid in ("a", "b")]
+    with pytest.raises(ValueError, match="each must move one live row"):
+        ledger.reassign(onto_c)
+    assert ledger.served() == {("a", "main", memory), ("b", "main", memory)}
+
+
+def test_listeners_hear_when_writes_fail_and_when_they_work_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What readiness and the node's LedgerUnwritable/LedgerWritable Events are driven by."""
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
+    heard: list[str | None] = []
+    removed: list[str | None] = []
+    with tmpfs(tmp_path / "disk") as disk:
+        ledger = Ledger(disk.path / "ledger.db")
+        assert ledger.problem() is None
+        ledger.add_listener(lambda problem: heard.append(None if problem is None else problem.problem))
+
+        def gone(problem: StorageError | None) -> None:
+            removed.append(None if problem is None else problem.problem)
+
+        ledger.add_listener(gone)
+        ledger.remove_listener(gone)
+        disk.fill()
+        with pytest.raises(StorageError):
+            ledger.record(allocation())
+        disk.free()
+        ledger.record(allocation())
+        ledger.close()
+    assert heard == [DISK_FULL, None] and removed == []
+    (again,) = [r for r in caplog.records if r.getMessage() == "ledger written again"]
+    assert again.__dict__["fields"] == {"path": str(disk.path / "ledger.db")}
+
+
+def test_a_new_ledger_logs_its_schema_and_a_replaced_one_where_the_old_went(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deviceplugin.ledger")
+    path = tmp_path / "state" / "ledger.db"
+    Ledger(path).close()
+    _not_a_database(path)
+    replaced = Ledger.open(path).replaced
+    lines = [
+        (r.getMessage(), r.__dict__["fields"]) for r in caplog.records if r.name == "deviceplugin.ledger"
+    ]
+    migrated = ("ledger schema migrated", {"path": str(path), "version": 1})
+    assert lines[0] == migrated and lines[-1] == migrated
+    message, fields = lines[1]
+    assert message == "ledger unusable: moved aside, a new one is started"
+    assert fields["moved_to"] == str(replaced) and "file is not a database" in fields["error"]
