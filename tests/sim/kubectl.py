@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from tests.sim.apiserver_helpers import Obj
+from tests.tools import find_tool, missing
 
 RUN_TIMEOUT_S = 30
-#: `make test` installs the current release here (scripts/install_kubectl.py).
-VENV_KUBECTL = Path(sys.executable).parent / "kubectl"
-MISSING = (
-    f"no kubectl: `make test` installs the current release as {VENV_KUBECTL} "
-    "(scripts/install_kubectl.py), and none is on PATH"
-)
+MISSING = missing("kubectl")
 
 
 def find_kubectl() -> str | None:
-    """The venv's kubectl (the release the tests are written for), else one on PATH."""
-    if os.access(VENV_KUBECTL, os.X_OK):
-        return str(VENV_KUBECTL)
-    return shutil.which("kubectl")
+    return find_tool("kubectl")
 
 
 @dataclass
