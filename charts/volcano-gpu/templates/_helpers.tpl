@@ -1,0 +1,28 @@
+{{/* Object names are fixed: the admission policies and the docs name them, and one release per
+cluster is the only sensible count (two daemons on a node would fight over kubelet's sockets). */}}
+{{- define "volcano-gpu.daemon" -}}volcano-gpu-deviceplugin{{- end }}
+{{- define "volcano-gpu.extender" -}}volcano-gpu-extender{{- end }}
+
+{{- define "volcano-gpu.daemonLabels" -}}
+app.kubernetes.io/name: volcano-gpu-deviceplugin
+app.kubernetes.io/part-of: volcano-gpu
+{{- end }}
+
+{{- define "volcano-gpu.extenderLabels" -}}
+app.kubernetes.io/name: volcano-gpu-extender
+app.kubernetes.io/part-of: volcano-gpu
+{{- end }}
+
+{{- define "volcano-gpu.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Prometheus' pods, the one peer allowed to scrape. */}}
+{{- define "volcano-gpu.prometheusPeer" -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .Values.networkPolicy.prometheus.namespace }}
+  podSelector:
+    matchLabels:
+      {{- toYaml .Values.networkPolicy.prometheus.podLabels | nindent 6 }}
+{{- end }}
