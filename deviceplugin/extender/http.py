@@ -105,6 +105,8 @@ def _body(data: bytes) -> object:
         return json.loads(data)
     except ValueError as err:
         raise BadRequest(f"the request body is not valid JSON: {err}") from None
+    except RecursionError:  # the decoder recurses once per level: [[[[...]]]]
+        raise BadRequest("the request body is JSON nested too deeply to read") from None
 
 
 class ExtenderHttpServer:

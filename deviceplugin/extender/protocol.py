@@ -64,7 +64,8 @@ def parse_extender_args(body: object) -> ExtenderArgs:
         items = node_list.get("items") or []
         nodes: list[Obj] = []
         for n, node in enumerate(items):
-            name = node.get("metadata", {}).get("name") if isinstance(node, dict) else None
+            metadata = node.get("metadata") if isinstance(node, dict) else None
+            name = metadata.get("name") if isinstance(metadata, dict) else None
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"ExtenderArgs.Nodes.items[{n}] is not a node object with metadata.name")
             nodes.append(node)
