@@ -52,6 +52,7 @@ CUSTOM_SCHEDULING: dict[str, Any] = {
         # helm merges maps with the defaults: null drops the default GPU label, lists replace theirs
         "nodeSelector": {"gpu": "a100", "nvidia.com/gpu.present": None},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "runtimeClassName": "nvidia",
         "resources": {
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"cpu": None, "memory": "256Mi"},
@@ -281,6 +282,7 @@ def test_scheduling_image_and_resources_reach_the_pod_specs(tmp_path: Path) -> N
         container = only_container(find(docs, kind, name))
         assert container["resources"] == given["resources"], name
         assert container["imagePullPolicy"] == "Always"
+    assert pod_spec(find(docs, "DaemonSet", DAEMON))["runtimeClassName"] == "nvidia"
     assert set(images(docs)) == {"registry.example/gpu/deviceplugin:1.2.3"}
     # a label added to the daemon's nodeSelector keeps the GPU nodes' one
     added = template({"daemon": {"nodeSelector": {"gpu": "a100"}}}, tmp_path)
