@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -70,3 +71,28 @@ def test_a_huge_unknown_device_id_gets_a_clear_error_not_a_broken_stream(
     assert "are not devices of this node" in error.details() and "1000000 characters" in error.details()
     assert max(len(line) for line in daemon.output().splitlines()) < 10_000
     share.admit(kubelet, share.make_pod(apiserver, "after", 1024), daemon)  # still serving
+
+
+def alias_bomb(option: str, levels: int = 9) -> str:
+    """A YAML value of nine lists of nine, each an alias of the one before: a few hundred bytes
+    that expand to 9**levels strings when walked or printed (the 'billion laughs')."""
+    lists = ['&l0 ["x","x","x","x","x","x","x","x","x"]']
+    lists += [f"&l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return f"{option}: [{', '.join(lists)}]\n"
+
+
+def test_a_config_file_alias_bomb_is_refused_on_reload_and_the_daemon_serves_on(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """SIGHUP after the config file became a YAML alias bomb: the refusal's message printed the
+    value whole, so the daemon stalled in the reload, its memory growing by gigabytes (1.6 GB in
+    30 s) until the kernel killed it. Now the file is refused, naming it, and the daemon goes on."""
+    config = workdir / "config.yaml"
+    config.write_text("log-level: info\n")
+    daemon = share.launch(start, apiserver, kubelet, workdir, "--config", str(config))
+    config.write_text(alias_bomb("metrics-address"))
+    daemon.process.send_signal(signal.SIGHUP)
+    eventually(lambda: "reload refused" in daemon.output(), daemon)
+    assert f"config file {config}" in daemon.output() and "aliases" in daemon.output()
+    share.admit(kubelet, share.make_pod(apiserver, "after", 1024), daemon)
+    eventually(lambda: share.assigned(apiserver, "after"), daemon)
