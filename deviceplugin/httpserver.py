@@ -12,7 +12,8 @@ threads that run the handler (a plain function, `Request` in, `Response` out). T
 - head (request line and headers) up to `max_header_bytes`, else 431;
 - body up to `max_body_bytes`, judged on Content-Length before one byte of it is read: 413 and
   the connection closed; bodies held at once (being read, waiting or being handled) up to
-  `body_budget_bytes` in all: a request whose body does not fit waits for room;
+  `body_budget_bytes` in all, counted as their bytes arrive: a request whose next bytes do not
+  fit waits for room;
 - `max_connections` open: a new connection closes the one idle longest (never one being
   answered), so idle or half-open connections cannot lock a client out;
 - a request must arrive whole within `request_timeout_s` of its first byte, and a new connection
@@ -44,6 +45,7 @@ log = get_log(__name__)
 
 KiB = 1024
 MiB = 1024 * KiB
+BODY_CHUNK = 64 * KiB  # a body is read, and its room taken, this much at a time
 LINGER_S = 2.0  # after a refusal, how long unread request bytes are taken and dropped (see _close)
 # Why connections were refused or closed early; every key exists from the start, so a scrape
 # from another thread never iterates a dict that is growing.
@@ -332,15 +334,21 @@ class HttpServer:
                     ) from None
                 method, target, version, headers = _parse_head(head)
                 length = _content_length(headers, limits.max_body_bytes)
-                if length:
+                if headers.get("expect", "").lower() == "100-continue" and length:
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                # Room is taken as the bytes arrive, not as Content-Length announces them: two
+                # connections announcing the largest body and sending none held it all before.
+                chunks: list[bytes] = []
+                while held < length:
+                    chunk = await reader.read(min(length - held, BODY_CHUNK))
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"".join(chunks), length)
                     waiting_for_room = True
-                    await self._budget.take(length)
-                    held, waiting_for_room = length, False
-                    if headers.get("expect", "").lower() == "100-continue":
-                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    body = await reader.readexactly(length)
-                else:
-                    body = b""
+                    await self._budget.take(len(chunk))
+                    waiting_for_room = False
+                    held += len(chunk)
+                    chunks.append(chunk)
+                body = b"".join(chunks)
         except TimeoutError:
             await self._budget.give(held)
             if waiting_for_room:
