@@ -249,10 +249,11 @@ class ExtenderService:
             return f"cannot bind pod {args.pod_display} to node {args.node}: {error}"
         try:
             self._binder(args.pod_namespace, args.pod_name, args.node, annotations, uid)
-        except ApiError as err:
-            if annotations:
+        except Exception as err:  # an API error, or an answer that cannot be read (a proxy's page)
+            if annotations:  # else the booking outlives the failed bind while the pod stays pending
                 self.unreserve(pod, args.node)
-            return f"binding pod {args.pod_display} to node {args.node} failed: {err}"
+            why = err if isinstance(err, ApiError) else f"unreadable answer: {type(err).__name__}: {err}"
+            return f"binding pod {args.pod_display} to node {args.node} failed: {why}"
         return ""
 
     def _assume(self, pod: Obj, node: str) -> tuple[str, dict[str, str]]:

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from deviceplugin.extender.config import DEFAULT_MAX_BODY_BYTES
-from tests.extender.conftest import StartExtender, memory_pod
+from deviceplugin.sim.apiserver import ApiServerEmulator
+from tests.extender.conftest import StartExtender, create_pod, eventually, memory_pod, share_node
 from tests.rawhttp import send
 
 DEEP = 100_000  # JSON nesting: Python's decoder recurses once per level
@@ -53,3 +54,25 @@ def test_bodies_announced_but_never_sent_hold_no_room_for_others(start_extender:
     with send((host, port), head.encode()), send((host, port), head.encode() + b"{"):
         result = ext.client.filter(memory_pod("p", 100), ["n1"])
     assert result["FailedAndUnresolvableNodes"] == {"n1": "node n1 is not in the extender's node cache"}
+
+
+def test_a_bind_whose_answer_is_unreadable_fails_clearly_and_books_nothing(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """A proxy in the way answers the Binding with a page that is not JSON: the bind was a 500
+    'internal error: JSONDecodeError', and the memory it had booked stayed booked while the pod
+    stayed pending, so its retry found its own phantom in the way ('only 200 MiB free')."""
+    apiserver.create("nodes", share_node("n1", gpus=1, memory=1000))
+    ext = start_extender(strategy="share")
+    eventually(lambda: ext.sees_node("n1"))
+    pod = create_pod(apiserver, memory_pod("p", 800))
+    garbled = apiserver.faults.garble(method="POST", path="/binding")
+    meta = pod["metadata"]
+    args = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": "n1"}
+    reply = ext.client.post("/bind", args)
+    assert garbled.hits == 1
+    assert reply.status == 200 and "binding pod default/p to node n1 failed" in reply.body["Error"], (
+        reply.body
+    )
+    apiserver.faults.clear(garbled)
+    assert ext.client.bind(pod, "n1") == ""
