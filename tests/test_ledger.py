@@ -236,8 +236,9 @@ def test_schema_version_and_newer_files_are_refused(tmp_path: Path) -> None:
 def test_unusable_path_is_reported(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises((LedgerError, OSError)):
+    with pytest.raises(LedgerError) as refused:
         Ledger(blocker / "ledger.db")
+    assert str(refused.value).startswith(f"ledger {blocker / 'ledger.db'}: [Errno 17] File exists")
 
 
 def mode(path: Path) -> int:
@@ -352,6 +353,8 @@ def test_a_full_disk_changes_nothing_and_passes(tmp_path: Path) -> None:
             ledger.release_pod("kept", "pod deleted")
         assert ledger.get("kept", "main", "volcano.sh/gpu-memory") == kept
         ledger.done([sent.id])  # the patch went out: it must not go out again
+        (other,) = ledger.due()
+        ledger.retry_later(other.id, "503", 60.0)  # cannot be put off: stays due as it was
         assert [entry.patch.name for entry in ledger.due()] == ["other"]
         assert ledger.outbox_size() == 1
         problem = ledger.problem()
