@@ -253,6 +253,7 @@ class Ledger:
         self._clock = clock
         self._lock = threading.RLock()
         self.replaced: Path | None = None  # where `open` moved an unusable ledger: to be rebuilt
+        self.created = not path.exists()  # a new ledger: on a node that ran pods, one that was lost
         self.storage_errors: Counter[str] = Counter()  # failed calls by problem, for metrics
         self._problem: StorageError | None = None
         self._probed_at = -math.inf  # by `clock`

@@ -299,16 +299,19 @@ class Services:
     registrar: Registrar | None = None
 
     def _drop_unmounted_cache_dirs(self) -> None:
-        if self.ledger.replaced is not None:
+        if self.ledger.replaced is not None or (self.ledger.created and self.hook.found_dirs):
             return  # a container whose row could not be rebuilt may still use its directory
         self.hook.keep_mounted(allocation.response for allocation in self.ledger.active())
 
     def _rebuilder(self, config: DaemonConfig) -> Rebuild | None:
-        """How the release loop rebuilds a ledger `Ledger.open` replaced (None: nothing to rebuild)."""
+        """How the release loop rebuilds a ledger `Ledger.open` replaced, or found missing (None:
+        nothing to rebuild)."""
         replaced, kube = self.ledger.replaced, self.kube
-        if replaced is None:
+        if replaced is None and not self.ledger.created:
             return None
         if kube is None:
+            if replaced is None:
+                return None  # nothing can be read; a new node's ledger is new anyway
             log.warning(
                 "ledger not rebuilt: without the Kubernetes API no pod can be read", moved_to=str(replaced)
             )

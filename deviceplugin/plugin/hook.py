@@ -36,12 +36,14 @@ class HookPath:
         self.preload = root / "ld.so.preload"
         self.containers = root / "vgpu" / "containers"
         self.lock = root / "vgpu" / "lock"
+        self.found_dirs = False  # container cache directories were there when `prepare` ran
 
     def prepare(self) -> None:
         """Create the directories and the preload file (kept when present: an operator may have
         written their own)."""
         for directory in (self.containers, self.lock):
             directory.mkdir(parents=True, exist_ok=True)
+        self.found_dirs = any(self.containers.iterdir())
         os.chmod(self.lock, SHARED)
         if not self.preload.exists():
             self.preload.write_text(CONTAINER_LIBRARY + "\n")

@@ -31,20 +31,29 @@ class Rebuilder(Protocol):
 
 
 def rebuild_ledger(
-    replaced: Path, listing: Listing, allocators: Iterable[Rebuilder], report: Callable[[str], None]
+    replaced: Path | None, listing: Listing, allocators: Iterable[Rebuilder], report: Callable[[str], None]
 ) -> list[Allocation]:
-    """Rebuild every allocator's rows; `report(message)` gets the outcome in words. Returns the rows."""
+    """Rebuild every allocator's rows; `report(message)` gets the outcome in words. Returns the rows.
+    `replaced` None: the ledger was missing at start (a new node, or a state dir wiped), reported
+    only when kubelet shows containers holding the node's devices."""
     rows: list[Allocation] = []
     lost: list[str] = []
     for allocator in allocators:
         found, missing = allocator.rebuild(listing)
         rows += found
         lost += missing
+    if replaced is None and not rows and not lost:
+        return rows  # a new node: nothing was lost
     for why in lost:
         log.warning("allocation not rebuilt", reason=why)
-    log.warning("ledger rebuilt", rows=len(rows), lost=len(lost), unusable_file=str(replaced))
+    log.warning("ledger rebuilt", rows=len(rows), lost=len(lost), unusable_file=str(replaced or ""))
+    cause = (
+        "was missing at start (a new one was started)"
+        if replaced is None
+        else f"could not be used and was moved aside as {replaced}"
+    )
     message = (
-        f"the allocation ledger could not be used and was moved aside as {replaced}; {len(rows)} "
+        f"the allocation ledger {cause}; {len(rows)} "
         "allocation(s) rebuilt from kubelet's pod-resources and the pods' annotations"
     )
     report(message + (f"; {len(lost)} could not be: {'; '.join(lost)}" if lost else ""))

@@ -17,8 +17,9 @@ from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.sim.kubelet import KubeletEmulator
-from tests.daemons import Daemon, eventually
+from tests.daemons import GPU0, TIMEOUT_S, VGPU, Daemon, eventually, streaming
 from tests.e2e import test_allocate as share
+from tests.e2e import test_vgpu as vgpu
 
 
 def rows(ledger: Path) -> list[tuple[str, str]]:
@@ -96,3 +97,34 @@ def test_a_config_file_alias_bomb_is_refused_on_reload_and_the_daemon_serves_on(
     assert f"config file {config}" in daemon.output() and "aliases" in daemon.output()
     share.admit(kubelet, share.make_pod(apiserver, "after", 1024), daemon)
     eventually(lambda: share.assigned(apiserver, "after"), daemon)
+
+
+def test_a_state_dir_wiped_while_stopped_keeps_running_containers_caches_and_rows(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """The state dir gone between two runs (wiped hostPath, a new path on upgrade): the daemon
+    started a new ledger and took it as the truth, so it removed HAMi-core's cache directory of a
+    vGPU container still running (no row mounted it) and knew none of the node's allocations.
+    Now a ledger found missing is rebuilt as a corrupt one is, and the caches are kept."""
+    state = workdir / "state"
+    args = ("--fake-gpus", "2x10989")
+    daemon = vgpu.launch(start, apiserver, kubelet, workdir, *args)
+    pod = vgpu.worker(apiserver, "worker", 2048, 30, 1000, gpu=GPU0)
+    admission = kubelet.admit(pod)
+    assert admission.admitted, f"{admission}\n{daemon.output()[-3000:]}"
+    eventually(
+        lambda: vgpu.notes(apiserver, "pods", "worker").get("volcano.sh/bind-phase") == "success", daemon
+    )
+    cache = workdir / "hook" / "vgpu" / "containers" / f"{pod['metadata']['uid']}_worker"
+    (cache / "state").write_text("HAMi-core's shared region")
+    before = rows(state / "ledger.db")
+    assert daemon.stop() == 0
+
+    shutil.rmtree(state)
+    hook, kubeconfig = str(workdir / "hook"), str(workdir / "kubeconfig")
+    daemon = start("--gpu-strategy", "vgpu", "--hook-path", hook, "--kubeconfig", kubeconfig, *args)
+    assert kubelet.wait_for(streaming(*VGPU), TIMEOUT_S), daemon.output()
+    eventually(lambda: rows(state / "ledger.db") == before, daemon)
+    assert (cache / "state").read_text() == "HAMi-core's shared region"
+    number = admission.allocation("worker", vgpu.NUMBER).response
+    assert kubelet.reallocate(pod["metadata"]["uid"], "worker", vgpu.NUMBER) == number
