@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Both create .venv when missing and (re)install the package with its test extras
-# whenever pyproject.toml changes.
+# Both create .venv when missing and (re)install the product and the emulators (emulators/, their
+# own distribution, kept out of the product's wheel and image) with the test extras whenever either
+# pyproject.toml changes.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,9 +14,10 @@ HELM    := $(VENV)/bin/helm
 
 .PHONY: demo test lint typecheck unit proto manifests bench clean
 
-$(STAMP): pyproject.toml
+# The product first: the other way round, pip (23.2) looks for the emulators' `deviceplugin` on the index.
+$(STAMP): pyproject.toml emulators/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' -e ./emulators
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -54,4 +56,4 @@ bench: $(STAMP)
 	$(PY) bench/http_servers.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info emulators/*.egg-info

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from deviceplugin.gpu.fake import fake_uuid
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 
 RESOURCES = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
 BAR_S = 1.0

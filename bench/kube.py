@@ -23,7 +23,7 @@ from deviceplugin.kube.node import NodePublisher, NodeWatch
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.families import node_family_of
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 BAR_S = 1.0
 GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=81920) for i in range(8))

@@ -31,8 +31,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from deviceplugin.ledger import Ledger, Patch
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 
 NODE = "bench"
 OLD_RATE = 50.0  # entries/s: a batch of 50, then the 1 s idle wait

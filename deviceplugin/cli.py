@@ -1,7 +1,9 @@
 """Command line: `deviceplugin run | simulate | extender | inspect | sim`.
 
 A command's code (and its options, where they live with it) is imported only when that command is
-chosen: `deviceplugin --help` loads none of them, and the daemon never loads the emulators.
+chosen: `deviceplugin --help` loads none of them, and the daemon never loads the emulators. The
+emulators (`simulate`, `sim`) are not part of the product: they are the package kubesim of their own
+distribution (emulators/ in the repository), absent from the product's wheel and image.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from deviceplugin import __version__
@@ -79,15 +82,36 @@ _MODULES = (
     (
         "simulate",
         "run the whole flow end to end on this machine and print the outcome",
-        "deviceplugin.sim.simulate",
+        "kubesim.simulate",
     ),
     ("extender", "run the kube-scheduler extender", "deviceplugin.extender"),
     ("inspect", "show GPU allocation per node", "deviceplugin.inspect"),
 )
 
 
-def _module_filler(module: str) -> Callable[[Commands], object]:
-    return lambda sub: importlib.import_module(module).add_parser(sub)
+EMULATORS = "kubesim"
+# As argparse's usage errors: the command cannot run as installed.
+EXIT_NO_EMULATORS = 2
+
+
+def _load(command: str, module: str) -> ModuleType:
+    """`module`, or, when it is one of the emulators' and they are not installed (the image, a plain
+    install of the product), one line saying how to get them and exit 2."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name != EMULATORS:  # a broken install stays a traceback
+            raise
+        print(
+            f"deviceplugin {command}: the emulators (package {EMULATORS}) are not installed; they are not "
+            "part of the product: pip install -e ./emulators from a checkout of the repository",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_NO_EMULATORS) from None
+
+
+def _module_filler(name: str, module: str) -> Callable[[Commands], object]:
+    return lambda sub: _load(name, module).add_parser(sub)
 
 
 def _add_run(sub: Commands) -> None:
@@ -130,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.lazy("run", "run the node daemon (kubelet device plugin)", _add_run)
     for name, help, module in _MODULES:
-        sub.lazy(name, help, _module_filler(module))
+        sub.lazy(name, help, _module_filler(name, module))
     _add_sim(sub)
     return parser
 
@@ -164,15 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
     for name, _, module in _MODULES:
         if command == name:
-            code: int = importlib.import_module(module).main(args)
+            code: int = _load(name, module).main(args)
             return code
     if args.emulator == "apiserver":
-        from deviceplugin.sim.apiserver import run_apiserver
-
-        return run_apiserver(args.port, args.kubeconfig_out)
-    from deviceplugin.sim.kubelet import run_kubelet
-
-    return run_kubelet(args.dir, pod_resources_socket=args.pod_resources_socket)
+        apiserver: int = _load("sim", f"{EMULATORS}.apiserver").run_apiserver(args.port, args.kubeconfig_out)
+        return apiserver
+    kubelet: int = _load("sim", f"{EMULATORS}.kubelet").run_kubelet(
+        args.dir, pod_resources_socket=args.pod_resources_socket
+    )
+    return kubelet
 
 
 if __name__ == "__main__":

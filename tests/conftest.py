@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.kube.api import Kube, load_client
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
-from deviceplugin.sim.scratch import scratch_dir, short_temp_root
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
+from kubesim.scratch import scratch_dir, short_temp_root
 from tests.daemons import Daemon
 
 # Daemons started by tests listen for metrics on a free port, never the fixed production one.

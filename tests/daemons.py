@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deviceplugin.gpu.fake import fake_uuid
-from deviceplugin.sim.kubelet import KubeletEmulator, ResourceState
+from kubesim.kubelet import KubeletEmulator, ResourceState
 from tests.kube.waiting import wait_for
 
 TIMEOUT_S = 20.0

@@ -1,17 +1,23 @@
 """What `deviceplugin` imports for each command (issue 14 item 2): `--help` and `run --help` load no
-sub-command's code, and the daemon never loads the emulators (deviceplugin.sim) or their
-dependency jsonpatch. Checked in a fresh interpreter: this test process has imported everything."""
+sub-command's code, and the daemon never loads the emulators (kubesim) or their
+dependency jsonpatch. Checked in a fresh interpreter: this test process has imported everything.
+The emulators are their own distribution: no module of the product imports them, and `simulate`
+without them says how to install them."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import deviceplugin
+
 # The code of the sub-commands other than `run`, and the heavy libraries only some commands need.
-EMULATORS = ("deviceplugin.sim", "jsonpatch")
+EMULATORS = ("kubesim", "jsonpatch")
 OTHER_COMMANDS = ("deviceplugin.extender", "deviceplugin.inspect")
 DAEMON = ("deviceplugin.runner", "deviceplugin.plugin", "kubernetes", "grpc", "prometheus_client")
 
@@ -71,3 +77,65 @@ def test_a_chosen_command_gets_its_options() -> None:
     )
     assert "deviceplugin.extender" in loaded
     assert under(loaded, EMULATORS) == []
+
+
+def imported_by(path: Path) -> set[str]:
+    """The modules `path` names in its import statements, wherever they stand."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_module_of_the_product_imports_the_emulators() -> None:
+    """Not even inside a function: `simulate` and `sim` reach them through the CLI's loader, which
+    tells how to install them when they are missing (the image has none)."""
+    package = Path(deviceplugin.__file__).parent
+    modules = sorted(package.rglob("*.py"))
+    assert len(modules) > 50  # the walk did read the product
+    found = {
+        f"{path.relative_to(package.parent)}: {name}"
+        for path in modules
+        for name in under(imported_by(path), EMULATORS)
+    }
+    assert sorted(found) == []
+
+
+# In place of an install without the emulators: the import system finds no `kubesim`.
+_WITHOUT_EMULATORS = """
+import sys
+from deviceplugin import cli
+
+class NoEmulators:
+    def find_spec(self, name, path=None, target=None):
+        if name == cli.EMULATORS:
+            raise ModuleNotFoundError("No module named " + repr(name), name=name)
+        return None
+
+sys.meta_path.insert(0, NoEmulators())
+sys.exit(cli.main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["simulate"], ["simulate", "--output", "json"], ["sim", "apiserver"], ["sim", "kubelet", "--dir", "d"]],
+    ids=" ".join,
+)
+def test_emulator_commands_without_the_emulators_say_how_to_install_them(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EMULATORS.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"deviceplugin {argv[0]}: the emulators (package kubesim) are not installed; they are not part "
+        "of the product: pip install -e ./emulators from a checkout of the repository"
+    ]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, inject, state, streaming, wait
 from tests.e2e.test_vgpu import samples
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.gpu.fake import fake_uuid
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import TIMEOUT_S, Daemon, eventually, inject, state, streaming
 
 NODE = "node-1"

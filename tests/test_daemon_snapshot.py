@@ -10,7 +10,7 @@ import pytest
 
 from deviceplugin.config import load_config
 from deviceplugin.plugin.daemon import Daemon
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, streaming
 from tests.kube.waiting import wait_for
 

@@ -30,7 +30,7 @@ from deviceplugin.api import (
     podresources_grpc,
     podresources_pb2,
 )
-from deviceplugin.sim.scratch import short_temp_root
+from kubesim.scratch import short_temp_root
 from tests.test_proto import EXPECTED_METHODS
 
 RPC_TIMEOUT_S = 10.0

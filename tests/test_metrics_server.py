@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from deviceplugin.config import load_config
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import Daemon, eventually, streaming, wait
 from tests.e2e.test_vgpu import get, samples
 from tests.rawhttp import HALF_SENT, closed_silently, half_open, reply, send, trickle

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

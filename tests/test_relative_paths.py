@@ -9,7 +9,7 @@ from pathlib import Path
 
 from deviceplugin.config import load_config
 from deviceplugin.fit import keys
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import TIMEOUT_S, Daemon, eventually, streaming
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = (

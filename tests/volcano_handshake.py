@@ -9,7 +9,7 @@ import datetime
 import threading
 
 from deviceplugin.fit import keys
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 LAYOUT = "%Y.%m.%d %H:%M:%S"  # Go's 2006.01.02 15:04:05
 EXPIRY = datetime.timedelta(seconds=60)

@@ -23,9 +23,9 @@ from typing import Any
 from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information for mypy
 from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-untyped]
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.apiserver.kinds import BY_PLURAL
-from deviceplugin.sim.apiserver.watch import Change
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.apiserver.kinds import BY_PLURAL
+from kubesim.apiserver.watch import Change
 from tests.deploy.manifests import ADMISSION_POLICY, Doc, documents, find
 
 POLICY_FILE = ADMISSION_POLICY

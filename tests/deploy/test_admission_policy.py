@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from deviceplugin.fit import keys
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.deploy.admission import (
     DAEMON_USER,
     EXTENDER_USER,

@@ -1,11 +1,19 @@
 """The image recipe: pinned runtime dependencies that cover the project's own, a multi-stage build
-from python:3.11-slim, a non-root default user, and a build context holding only what it copies."""
+from python:3.11-slim, a non-root default user, and a build context holding only what it copies;
+the product's wheel, built from that context, holds no emulator, and the image no dependency of
+theirs alone."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
+from email.parser import Parser
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -32,8 +40,8 @@ def pins() -> dict[str, Version]:
     return pinned
 
 
-def project_dependencies() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def project_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> list[Requirement]:
+    project = tomllib.loads(pyproject.read_text())["project"]
     return [Requirement(text) for text in project["dependencies"]]
 
 
@@ -117,3 +125,54 @@ def test_build_context_holds_what_the_dockerfile_copies() -> None:
             *sources, _destination = rest.split()
             copied |= {source.rstrip("/") for source in sources}
     assert copied == allowed
+
+
+def _build_context() -> list[str]:
+    """What the Dockerfile copies from the build context (its COPY sources)."""
+    return [
+        source
+        for word, rest in _instructions()
+        if word == "COPY" and "--from" not in rest
+        for source in rest.split()[:-1]
+    ]
+
+
+def test_the_product_wheel_holds_no_emulator(tmp_path: Path) -> None:
+    """Built as the image's builder stage builds it, from a copy of the files it copies."""
+    context = tmp_path / "context"
+    for source in _build_context():
+        (context / source).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / source).is_dir():  # less what .dockerignore keeps out
+            shutil.copytree(ROOT / source, context / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / source, context / source)
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+    done = subprocess.run(
+        [*pip_wheel, "--wheel-dir", str(tmp_path / "out"), str(context)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "out").glob("deviceplugin-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (info,) = {name.split("/")[0] for name in names if name.split("/")[0].endswith(".dist-info")}
+        requires = Parser().parsestr(archive.read(f"{info}/METADATA").decode()).get_all("Requires-Dist")
+    assert "deviceplugin/cli.py" in names and "deviceplugin/fit/__init__.py" in names
+    assert sorted({name.split("/")[0] for name in names} - {info}) == ["deviceplugin"]
+    assert [name for name in names if "kubesim" in name] == []
+    # The emulators are only an extra's requirement; what they alone need is not the product's.
+    unconditional = {canonicalize_name(Requirement(text).name) for text in requires or [] if ";" not in text}
+    assert unconditional == {canonicalize_name(r.name) for r in project_dependencies()}
+    assert not unconditional & {"jsonpatch", "jsonpointer", "deviceplugin-emulators"}
+
+
+def test_the_image_installs_nothing_only_the_emulators_need() -> None:
+    product = {canonicalize_name(r.name) for r in project_dependencies()}
+    emulators_only = {
+        canonicalize_name(r.name) for r in project_dependencies(ROOT / "emulators" / "pyproject.toml")
+    } - product - {"deviceplugin"}
+    assert {"jsonpatch", "jsonpointer"} <= emulators_only
+    assert sorted(emulators_only & set(pins())) == []

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from deviceplugin.fit import keys
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
 from tests.deploy.admission import DAEMON_USER, admitted, pod_token_extra, recorded_writes
 from tests.deploy.manifests import DAEMONSET, Access, documents, find, granted, request_access

@@ -15,8 +15,8 @@ import pytest
 
 from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, TIMEOUT_S, VGPU, Daemon, eventually, streaming
 from tests.e2e import test_allocate as share
 from tests.e2e import test_vgpu as vgpu

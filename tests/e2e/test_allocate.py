@@ -17,9 +17,9 @@ import pytest
 
 from deviceplugin.api import podresources_grpc
 from deviceplugin.api import podresources_pb2 as pr
-from deviceplugin.sim.admission import Admission
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.admission import Admission
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import NODE, TIMEOUT_S, Daemon, eventually, streaming
 
 MEM = "volcano.sh/gpu-memory"

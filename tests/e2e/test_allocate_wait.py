@@ -12,8 +12,8 @@ import grpc
 
 from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import TIMEOUT_S, Daemon, eventually, state
 from tests.e2e import test_allocate as alloc
 from tests.e2e.test_outbox import metric

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import Daemon, eventually
 from tests.e2e import test_allocate as share
 from tests.e2e import test_vgpu as vgpu

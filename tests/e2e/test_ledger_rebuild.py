@@ -17,8 +17,8 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, NODE, TIMEOUT_S, VGPU, Daemon, eventually, streaming
 from tests.e2e import test_allocate as share
 from tests.e2e import test_vgpu as vgpu

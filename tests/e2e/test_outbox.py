@@ -12,8 +12,8 @@ from typing import Any
 
 from deviceplugin.ledger import Ledger, Patch
 from deviceplugin.plugin.outbox import BATCH
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import NODE, Daemon, eventually
 from tests.e2e import test_allocate as alloc
 from tests.e2e import test_vgpu as vgpu

@@ -17,9 +17,9 @@ import pytest
 
 from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.supervisor import FAULTS_ENV
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import TIMEOUT_S, Daemon, eventually, streaming
 from tests.e2e import test_allocate as share
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.sim.admission import Admission
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.admission import Admission
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, VGPU, Daemon, eventually, streaming
 from tests.e2e.test_vgpu import notes, samples, worker
 

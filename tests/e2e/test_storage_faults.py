@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import NODE, Daemon, eventually
 from tests.disks import Disk, failing_ext4, tmpfs
 from tests.e2e import test_allocate as share

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.supervisor import FAULTS_ENV
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, Daemon, eventually, inject, streaming
 from tests.e2e import test_allocate as share
 from tests.e2e import test_vgpu as vgpu

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deviceplugin.fit.codec import decode_node_register
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, NODE, TIMEOUT_S, VGPU, Daemon, eventually, state, streaming, wait
 from tests.e2e.test_vgpu import REGISTER, launch, notes, worker
 from tests.test_upstream_config import DEVICES_CONFIG, mount_config_maps

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deviceplugin.fit.codec import decode_node_register
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, NODE, TIMEOUT_S, VGPU, Daemon, eventually, inject, streaming
 from tests.volcano_handshake import VolcanoHandshake, stamp
 

@@ -16,7 +16,7 @@ import pytest
 from deviceplugin.extender import Extender, ExtenderConfig
 from deviceplugin.fit import GpuState, encode_node_register
 from deviceplugin.kube.api import Kube
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 Obj = dict[str, Any]
 WAIT_S = 5.0

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from deviceplugin.extender.config import DEFAULT_MAX_BODY_BYTES
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import StartExtender, create_pod, eventually, memory_pod, share_node
 from tests.rawhttp import send
 

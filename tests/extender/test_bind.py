@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from deviceplugin.extender.inventory import pod_uid
 from deviceplugin.fit import decode_pod_devices, parse_gpu_index
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import (
     Obj,
     StartExtender,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import StartExtender, create_pod, eventually, memory_pod, share_node
 
 

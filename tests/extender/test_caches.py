@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.podcache import NodeCache, PodCache
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import WAIT_S, gpu_pod, share_node
 from tests.kube.objects import node_object
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import ExtenderClient, create_pod, memory_pod, share_node
 
 # The sub-command exactly as the CLI wires it: add_parser on the sub-parsers, then main(args).

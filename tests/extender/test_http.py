@@ -6,7 +6,7 @@ import pytest
 
 from deviceplugin.extender import Extender, ExtenderConfig
 from deviceplugin.kube.api import Kube
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import ExtenderClient, StartExtender, create_pod, memory_pod, share_node
 
 

@@ -9,7 +9,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import (
     Running,
     StartExtender,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import (
     Obj,
     StartExtender,

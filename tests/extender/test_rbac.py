@@ -9,7 +9,7 @@ with the extender's identity.
 
 from __future__ import annotations
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.deploy.admission import EXTENDER_USER, Request, admitted, recorded_writes
 from tests.deploy.manifests import EXTENDER, Access, documents, find, granted, request_access
 from tests.extender.conftest import StartExtender, create_pod, eventually, memory_pod, share_node

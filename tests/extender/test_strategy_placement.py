@@ -20,9 +20,9 @@ from deviceplugin.fit import keys
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.kube.api import Kube
 from deviceplugin.plugin.devices import RESOURCES
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
-from deviceplugin.sim.nodestatus import NodeStatusReporter
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
+from kubesim.nodestatus import NodeStatusReporter
 from tests.daemons import Daemon, eventually
 from tests.extender.conftest import StartExtender, create_pod, gpu_pod, share_node, vgpu_node
 from tests.sim.kubectl import MISSING, cells, find_kubectl, kubectl_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from deviceplugin.fit import keys
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object, pod_object
 
 Obj = dict[str, Any]

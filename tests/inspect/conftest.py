@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.inspect import add_parser, main
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 
 @dataclass(frozen=True)

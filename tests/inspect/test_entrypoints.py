@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.inspect.cluster import load_cluster
 from tests.inspect.table import gpu_row
 

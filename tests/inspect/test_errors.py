@@ -9,7 +9,7 @@ import pytest
 
 from deviceplugin.fit import keys
 from deviceplugin.inspect import kubectl_main
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.inspect.cluster import add_pod, gpu_node, gpushare_pod, load_cluster, load_share, share_node
 from tests.inspect.conftest import Inspect
 from tests.inspect.table import gpu_row, read_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.inspect.cluster import load_cluster
 from tests.inspect.conftest import Inspect
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deviceplugin.fit import keys
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.inspect.cluster import add_pod, gpushare_pod, load_cluster, share_node
 from tests.inspect.conftest import Inspect
 from tests.inspect.table import gpu_row, read_table

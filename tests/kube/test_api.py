@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, retry
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object, pod_object
 from tests.kube.waiting import WAIT_S, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.events import EventRecorder, Involved
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import pod_object
 from tests.kube.waiting import wait_for
 

@@ -13,7 +13,7 @@ from deviceplugin.fit import keys
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.handshake import Handshake, Value, classify, reported
 from deviceplugin.kube.node import NodeWatch
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
 from tests.kube.waiting import WAIT_S, wait_for
 from tests.volcano_handshake import VolcanoHandshake, stamp

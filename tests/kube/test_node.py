@@ -16,7 +16,7 @@ from deviceplugin.kube.api import Kube
 from deviceplugin.kube.node import NodePublisher, NodeState, NodeWatch
 from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.families import node_family_of
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object
 from tests.kube.waiting import WAIT_S, wait_for
 

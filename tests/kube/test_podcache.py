@@ -12,8 +12,8 @@ import pytest
 from deviceplugin.backoff import Backoff
 from deviceplugin.kube.api import ApiError, Kube, Obj, WatchStream, load_client
 from deviceplugin.kube.podcache import ListWatchCache, PodCache
-from deviceplugin.sim.apiserver import ApiServerEmulator
 from deviceplugin.supervisor import Supervisor
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.objects import node_object, pod_object
 from tests.kube.waiting import wait_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.plugin.rig import Rig, close_rig, make_rig
 
 

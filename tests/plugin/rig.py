@@ -25,7 +25,7 @@ from deviceplugin.plugin.gpushare import GpushareAllocator
 from deviceplugin.plugin.hook import HookPath
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.vgpu import VgpuAllocator
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 NODE = "node-a"
 MEM, NUM = "volcano.sh/gpu-memory", "volcano.sh/gpu-number"

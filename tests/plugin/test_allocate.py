@@ -13,7 +13,7 @@ from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import objects
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.podcache import PodCache
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.waiting import wait_for
 from tests.plugin.rig import GPUS, MEM, NODE, NUM, WAIT_S, Rig, close_rig, envs, fails, ids, make_rig
 

@@ -13,7 +13,7 @@ import pytest
 from deviceplugin.plugin import identify
 from deviceplugin.plugin.identify import LISTING_REUSE_S, Identifier
 from deviceplugin.plugin.pending import ContainerNeed, PendingPod
-from deviceplugin.sim.kubelet import KubeletEmulator
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import eventually
 from tests.sim.test_kubelet_admission import Plugins, container, gpus
 from tests.sim.test_kubelet_admission import pod as kube_pod

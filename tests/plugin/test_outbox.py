@@ -13,7 +13,7 @@ from deviceplugin.kube.api import Kube
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, Patch
 from deviceplugin.plugin.outbox import OutboxWorker
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.daemons import eventually
 from tests.kube.objects import node_object, pod_object
 

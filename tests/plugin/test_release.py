@@ -15,8 +15,8 @@ from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger
 from deviceplugin.plugin.podresources import Listing
 from deviceplugin.plugin.recover import rebuild_ledger
 from deviceplugin.plugin.release import Reconciler, Releaser
-from deviceplugin.sim.kubelet import KubeletEmulator
 from deviceplugin.supervisor import Supervisor
+from kubesim.kubelet import KubeletEmulator
 from tests.daemons import eventually
 from tests.disks import tmpfs
 from tests.plugin.rig import MEM, NODE, WAIT_S, Rig, envs, ids

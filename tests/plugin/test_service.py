@@ -17,7 +17,7 @@ from deviceplugin.gpu.health import HealthState
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 
 GPUS = (
     GpuInfo(index=0, uuid="GPU-0000", model="Fake GPU", memory_mib=100, numa=0),

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 
 Obj = dict[str, Any]
 #: `kubernetes` 37 types every model field Optional and every body as a model; the tests read fields the

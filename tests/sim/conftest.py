@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import new_threads
 from tests.sim.kubectl import MISSING, find_kubectl
 

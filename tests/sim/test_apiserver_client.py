@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.kube.waiting import WAIT_S
 from tests.sim.apiserver_helpers import (
     CoreApi,
@@ -1020,7 +1020,7 @@ def test_hung_requests_are_released_by_stop() -> None:
 
 def test_run_apiserver_serves_until_sigterm(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"
-    script = "import sys; from pathlib import Path; from deviceplugin.sim.apiserver import run_apiserver; "
+    script = "import sys; from pathlib import Path; from kubesim.apiserver import run_apiserver; "
     script += f"sys.exit(run_apiserver(0, Path({str(kubeconfig)!r})))"
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None

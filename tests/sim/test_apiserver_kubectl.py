@@ -13,7 +13,7 @@ import pytest
 
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.kube.events import Involved, event_body
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.sim.apiserver_helpers import Obj, node, pod, running_emulator, wait_until
 from tests.sim.kubectl import RUN_TIMEOUT_S, Kubectl, cells, kubectl_for
 

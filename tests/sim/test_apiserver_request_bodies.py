@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deviceplugin.sim.apiserver import ApiServerEmulator
+from kubesim.apiserver import ApiServerEmulator
 from tests.sim.apiserver_helpers import Obj, running_emulator
 
 COLLECTION = "/api/v1/namespaces/default/configmaps"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.cluster import Placement, SimCluster
-from deviceplugin.sim.nodes import node
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.cluster import Placement, SimCluster
+from kubesim.nodes import node
+from kubesim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import core_api
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 
@@ -68,7 +68,7 @@ def test_get_nodes_shows_the_node_ready_with_its_kubelet_and_os(kubectl: Kubectl
     rows = cells(kubectl("get", "nodes", "-o", "wide").stdout)
     assert rows[0][:5] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     name, status, roles, _, version, internal_ip, external_ip, os_image, kernel, runtime = rows[1]
-    assert (name, status, roles, version) == (NODE, "Ready", "<none>", "v1.32.0+deviceplugin.sim")
+    assert (name, status, roles, version) == (NODE, "Ready", "<none>", "v1.32.0+kubesim")
     assert (internal_ip, external_ip) == ("127.0.0.1", "<none>")
     assert "<unknown>" not in (os_image, kernel) and runtime.startswith("sim://")
 

@@ -20,14 +20,14 @@ import pytest
 
 from deviceplugin.api import HEALTHY, KUBELET_MAX_MESSAGE_BYTES, UNHEALTHY, VERSION, deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as dp
-from deviceplugin.sim.kubelet import (
+from kubesim.kubelet import (
     CHECKPOINT_NAME,
     KUBELET_SOCKET_NAME,
     KubeletEmulator,
     KubeletEvent,
     ResourceState,
 )
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESOURCE = "nvidia.com/gpu"
@@ -524,7 +524,7 @@ def _next_line_starting(lines: queue.Queue[str], prefix: str) -> str:
 
 def test_runner_prints_events_and_exits_zero_on_sigterm(plugin_dir: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from deviceplugin.sim.kubelet import run_kubelet; "
+        "import sys; from pathlib import Path; from kubesim.kubelet import run_kubelet; "
         "sys.exit(run_kubelet(Path(sys.argv[1])))"
     )
     process = subprocess.Popen(

@@ -14,8 +14,8 @@ import pytest
 
 from deviceplugin.api import UNHEALTHY
 from deviceplugin.api import deviceplugin_pb2 as dp
-from deviceplugin.sim.admission import UNEXPECTED_ADMISSION_ERROR, Admission, AllocationError
-from deviceplugin.sim.kubelet import KubeletEmulator, KubeletEvent
+from kubesim.admission import UNEXPECTED_ADMISSION_ERROR, Admission, AllocationError
+from kubesim.kubelet import KubeletEmulator, KubeletEvent
 from tests.sim.test_kubelet import WAIT_S, FakePlugin, PluginServer, device, register, settle
 
 pytestmark = pytest.mark.usefixtures("no_leaked_threads")

@@ -15,8 +15,8 @@ import pytest
 
 from deviceplugin.api import UNHEALTHY, podresources_grpc
 from deviceplugin.api import podresources_pb2 as pr
-from deviceplugin.sim.kubelet import KubeletEmulator
-from deviceplugin.sim.podresources import POD_RESOURCES_BURST, POD_RESOURCES_QPS, RATE_LIMITED, TokenBucket
+from kubesim.kubelet import KubeletEmulator
+from kubesim.podresources import POD_RESOURCES_BURST, POD_RESOURCES_QPS, RATE_LIMITED, TokenBucket
 from tests.sim.test_kubelet import REPO_ROOT, WAIT_S, device, settle
 from tests.sim.test_kubelet_admission import MEMORY, RESOURCE, Plugins, container, gpus, pod
 
@@ -291,7 +291,7 @@ def test_restart_recreates_the_socket_and_keeps_admitted_pods(
 def test_runner_serves_pod_resources(root: Path) -> None:
     socket_path = root / "pod-resources" / "kubelet.sock"
     code = (
-        "import sys; from pathlib import Path; from deviceplugin.sim.kubelet import run_kubelet; "
+        "import sys; from pathlib import Path; from kubesim.kubelet import run_kubelet; "
         "sys.exit(run_kubelet(Path(sys.argv[1]), pod_resources_socket=Path(sys.argv[2])))"
     )
     process = subprocess.Popen(

@@ -12,10 +12,10 @@ import pytest
 
 from deviceplugin.api import UNHEALTHY
 from deviceplugin.kube.api import Kube, load_client
-from deviceplugin.sim.apiserver import ApiServerEmulator
-from deviceplugin.sim.kubelet import KubeletEmulator
-from deviceplugin.sim.nodestatus import NodeStatusReporter
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.apiserver import ApiServerEmulator
+from kubesim.kubelet import KubeletEmulator
+from kubesim.nodestatus import NodeStatusReporter
+from kubesim.scratch import scratch_dir
 from tests.sim.apiserver_helpers import Obj, running_emulator, wait_until
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 from tests.sim.test_kubelet import RESOURCE, PluginServer, device, register
@@ -112,7 +112,7 @@ def test_the_node_is_ready_and_shows_what_kubelet_holds(node: Node, kubectl: Kub
         "pods": "110",
     }
     name, ready, roles, _, version = cells(kubectl("get", "node", NODE).stdout)[1]
-    assert (name, ready, roles, version) == (NODE, "Ready", "<none>", "v1.32.0+deviceplugin.sim")
+    assert (name, ready, roles, version) == (NODE, "Ready", "<none>", "v1.32.0+kubesim")
 
 
 def test_heartbeats_renew_while_the_transition_time_stays(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.sim.scratch import scratch_dir
+from kubesim.scratch import scratch_dir
 
 TIMEOUT_S = 120.0
 FITS = """

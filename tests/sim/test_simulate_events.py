@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.sim.cluster import SimCluster
-from deviceplugin.sim.nodes import node
-from deviceplugin.sim.scratch import scratch_dir
-from deviceplugin.sim.workloads import Gang
+from kubesim.cluster import SimCluster
+from kubesim.nodes import node
+from kubesim.scratch import scratch_dir
+from kubesim.workloads import Gang
 from tests.sim.kubectl import Kubectl, cells, kubectl_for
 from tests.sim.test_cluster_kubectl import section
 

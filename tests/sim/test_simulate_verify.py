@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as dp
-from deviceplugin.sim.admission import Admission, ContainerAllocation, PodSpec
-from deviceplugin.sim.nodes import NodeSpec
-from deviceplugin.sim.verify import own_scheduler_annotations, received, verify
+from kubesim.admission import Admission, ContainerAllocation, PodSpec
+from kubesim.nodes import NodeSpec
+from kubesim.verify import own_scheduler_annotations, received, verify
 
 SHARE = NodeSpec("gpu-share-1", "share", 2, 10989)
 NUMBER = NodeSpec("gpu-number-1", "number", 4, 16384)
