@@ -17,9 +17,10 @@ from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.kubelet import KubeletEmulator
-from tests.daemons import GPU0, TIMEOUT_S, VGPU, Daemon, eventually, streaming
+from tests.daemons import TIMEOUT_S, VGPU, Daemon, eventually, streaming
 from tests.e2e import test_allocate as share
 from tests.e2e import test_vgpu as vgpu
+from tests.e2e.test_ledger_rebuild import serve_vgpu_worker
 
 
 def rows(ledger: Path) -> list[tuple[str, str]]:
@@ -108,15 +109,7 @@ def test_a_state_dir_wiped_while_stopped_keeps_running_containers_caches_and_row
     Now a ledger found missing is rebuilt as a corrupt one is, and the caches are kept."""
     state = workdir / "state"
     args = ("--fake-gpus", "2x10989")
-    daemon = vgpu.launch(start, apiserver, kubelet, workdir, *args)
-    pod = vgpu.worker(apiserver, "worker", 2048, 30, 1000, gpu=GPU0)
-    admission = kubelet.admit(pod)
-    assert admission.admitted, f"{admission}\n{daemon.output()[-3000:]}"
-    eventually(
-        lambda: vgpu.notes(apiserver, "pods", "worker").get("volcano.sh/bind-phase") == "success", daemon
-    )
-    cache = workdir / "hook" / "vgpu" / "containers" / f"{pod['metadata']['uid']}_worker"
-    (cache / "state").write_text("HAMi-core's shared region")
+    daemon, pod, admission, cache = serve_vgpu_worker(apiserver, kubelet, start, workdir, *args)
     before = rows(state / "ledger.db")
     assert daemon.stop() == 0
 

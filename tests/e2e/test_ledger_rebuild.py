@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 
 from deviceplugin.api import deviceplugin_pb2 as pb
+from kubesim.admission import Admission
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, NODE, TIMEOUT_S, VGPU, Daemon, eventually, streaming
@@ -117,14 +118,15 @@ def test_a_corrupt_share_ledger_is_moved_aside_and_rebuilt(
     assert ("after", "cuda", share.MEM) in live_rows(state, KEYS)
 
 
-def test_a_corrupt_vgpu_ledger_is_rebuilt_with_the_containers_caches_kept(
-    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
-) -> None:
-    """A vGPU container's row comes back from `vgpu-ids-new` (its `devices-to-allocate` slot was
-    emptied when it was served) with the same response, HAMi-core's cache directory it mounts is
-    left alone, and the pod stays `bind-phase: success`."""
-    state = workdir / "state"
-    args = ("--fake-gpus", "2x10989")
+def serve_vgpu_worker(
+    apiserver: ApiServerEmulator,
+    kubelet: KubeletEmulator,
+    start: Callable[..., Daemon],
+    workdir: Path,
+    *args: str,
+) -> tuple[Daemon, dict[str, Any], Admission, Path]:
+    """A vGPU daemon that has served pod `worker` (bind-phase success), the pod, its admission and
+    the HAMi-core cache directory its container mounts, with a file in it."""
     daemon = vgpu.launch(start, apiserver, kubelet, workdir, *args)
     pod = vgpu.worker(apiserver, "worker", 2048, 30, 1000, gpu=GPU0)
     admission = kubelet.admit(pod)
@@ -134,6 +136,18 @@ def test_a_corrupt_vgpu_ledger_is_rebuilt_with_the_containers_caches_kept(
     )
     cache = workdir / "hook" / "vgpu" / "containers" / f"{pod['metadata']['uid']}_worker"
     (cache / "state").write_text("HAMi-core's shared region")
+    return daemon, pod, admission, cache
+
+
+def test_a_corrupt_vgpu_ledger_is_rebuilt_with_the_containers_caches_kept(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """A vGPU container's row comes back from `vgpu-ids-new` (its `devices-to-allocate` slot was
+    emptied when it was served) with the same response, HAMi-core's cache directory it mounts is
+    left alone, and the pod stays `bind-phase: success`."""
+    state = workdir / "state"
+    args = ("--fake-gpus", "2x10989")
+    daemon, pod, admission, cache = serve_vgpu_worker(apiserver, kubelet, start, workdir, *args)
     before = live_rows(state, KEYS)
     assert daemon.stop() == 0
 
