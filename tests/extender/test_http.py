@@ -74,7 +74,7 @@ def test_before_the_caches_sync_requests_get_an_error_and_readyz_503(
         pod["metadata"]["uid"] = "u1"
         assert "not synced" in client.filter(pod, ["n1"])["Error"]
         apiserver.faults.clear()
-        assert extender.nodes.wait_synced(15)
+        assert extender.nodes.wait_synced(15) and extender.pods.wait_synced(15)  # each in its own time
         assert client.request("GET", "/readyz").status == 200
     finally:
         extender.stop()
