@@ -53,3 +53,17 @@ def test_a_bind_of_an_unknown_pod_names_its_uid(
     ext = start_extender(strategy="share")
     ghost = {"metadata": {"name": "ghost", "namespace": "default", "uid": "no-such-uid"}}
     assert "pod default/ghost (uid no-such-uid) is not known" in ext.client.bind(ghost, "gpu")
+
+
+def test_a_bind_without_a_pod_uid_finds_the_pod_by_namespace_and_name(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """ExtenderBindingArgs.PodUID may be empty: the pod is then looked up by namespace and name."""
+    apiserver.create("nodes", share_node("gpu"))
+    ext = start_extender(strategy="share")
+    create_pod(apiserver, memory_pod("new", 1000))
+    reply = ext.client.post("/bind", {"PodName": "new", "PodNamespace": "default", "Node": "gpu"})
+    assert reply.status == 200 and reply.body["Error"] == "", reply.body
+    stored = apiserver.get("pods", "new", "default")
+    assert stored is not None and stored["spec"]["nodeName"] == "gpu"
+    assert stored["metadata"]["annotations"]["volcano.sh/gpu-index"] == "0"
