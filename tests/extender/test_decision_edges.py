@@ -35,7 +35,7 @@ def test_prioritize_of_a_malformed_or_gpu_less_pod_scores_every_node_zero(
     assert ext.client.prioritize(cpu, ["gpu", "anything"]) == {"gpu": 0, "anything": 0}
 
 
-def test_filter_names_the_node_it_does_not_know(
+def test_filter_and_bind_name_the_node_they_do_not_know(
     apiserver: ApiServerEmulator, start_extender: StartExtender
 ) -> None:
     apiserver.create("nodes", share_node("gpu"))
@@ -44,6 +44,7 @@ def test_filter_names_the_node_it_does_not_know(
     result = ext.client.filter(pod, ["gpu", "ghost"])
     assert result["NodeNames"] == ["gpu"]
     assert "node ghost is not in the extender's node cache" in result["FailedAndUnresolvableNodes"]["ghost"]
+    assert "node ghost is not in the extender's node cache" in ext.client.bind(pod, "ghost")
 
 
 def test_a_bind_of_an_unknown_pod_names_its_uid(
@@ -67,3 +68,16 @@ def test_a_bind_without_a_pod_uid_finds_the_pod_by_namespace_and_name(
     stored = apiserver.get("pods", "new", "default")
     assert stored is not None and stored["spec"]["nodeName"] == "gpu"
     assert stored["metadata"]["annotations"]["volcano.sh/gpu-index"] == "0"
+
+
+def test_under_volcano_compat_a_pod_mixing_strategies_is_fitted_as_volcano_does(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """Volcano does not check that a pod asks for one strategy's resources: with compat="volcano"
+    the share extender fits the pod's gpu-memory and ignores its vgpu-number."""
+    apiserver.create("nodes", share_node("gpu"))
+    ext = start_extender(strategy="share", compat="volcano")
+    limits = {"volcano.sh/gpu-memory": "1024", "volcano.sh/vgpu-number": "1"}
+    pod = create_pod(apiserver, gpu_pod("mixed", limits))
+    result = ext.client.filter(pod, ["gpu"])
+    assert (result["NodeNames"], result["Error"]) == (["gpu"], "")
