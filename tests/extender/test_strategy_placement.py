@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.fit import keys
+from deviceplugin.fit.families import family_of
 from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.model import VgpuConfig
 from deviceplugin.kube.api import Kube
 from deviceplugin.plugin.devices import RESOURCES
 from kubesim.apiserver import ApiServerEmulator
@@ -67,12 +69,14 @@ def gpu_node(apiserver: ApiServerEmulator, kube: Kube, root: Path, name: str) ->
 
 
 def published(apiserver: ApiServerEmulator, name: str) -> bool:
-    """The node shows every resource its daemon serves (kubelet's writes) and its label."""
+    """The node shows every resource its daemon serves (kubelet's writes), its label and its two GPUs."""
     node = apiserver.get("nodes", name) or {}
     allocatable = node.get("status", {}).get("allocatable") or {}
     served = [resource.name for resource in RESOURCES[STRATEGIES[name]]]
     labelled = keys.GPU_STRATEGY_LABEL in (node.get("metadata", {}).get("labels") or {})
-    return labelled and all(resource in allocatable for resource in served)
+    # and what the daemon itself writes (its GPUs' capacity, the vGPU register) in other requests
+    cards = len(family_of(STRATEGIES[name]).node_gpus(node, VgpuConfig(), None))
+    return labelled and all(resource in allocatable for resource in served) and cards == 2
 
 
 @pytest.fixture
