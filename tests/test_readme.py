@@ -11,12 +11,12 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from kubesim.scratch import scratch_dir
+from tests.kube.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -132,11 +132,13 @@ def run_try_it(tmpdir: Path, tmp_path: Path) -> None:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 60
         wanted = [f"devices resource=volcano.sh/{name} healthy=0/{count}" for name, count in UNHEALTHY]
-        while not all(line in output.read_text() for line in wanted):  # or the commands failed
-            assert time.monotonic() < deadline and shell.poll() in (None, 0), output.read_text()
-            time.sleep(0.05)
+
+        def shown() -> bool:
+            return all(line in output.read_text() for line in wanted)
+
+        wait_for(lambda: shown() or shell.poll() not in (None, 0), 60)  # or the commands failed
+        assert shown(), output.read_text()
         listening = listening_addresses(group_pids(shell.pid))
         assert listening, output.read_text()  # the daemon's metrics
         assert [a for a in listening if not ipaddress.ip_address(a.rsplit(":", 1)[0]).is_loopback] == []
