@@ -45,15 +45,9 @@ manifests: $(STAMP) $(HELM)
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
 
+# Every benchmark, then one table of their rows (metric, value, same-run floor, ratio, target, result).
 bench: $(STAMP)
-	$(PY) bench/fit.py
-	$(PY) bench/listandwatch.py
-	$(PY) bench/daemon.py
-	$(PY) bench/kube.py
-	$(PY) bench/allocate.py
-	$(PY) bench/outbox.py
-	$(PY) bench/extender.py
-	$(PY) bench/http_servers.py
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info emulators/*.egg-info

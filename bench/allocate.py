@@ -23,13 +23,13 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import grpc
+from common import daemon_command, percentiles
 
 from deviceplugin.api import deviceplugin_grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
@@ -40,11 +40,6 @@ BAR_MS = 5.0
 UNITS = 100
 GPU_MIB = 81920
 LAST_UNITS = 300  # one more pod, left pending, for GetPreferredAllocation
-
-
-def percentiles(samples: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[max(0, int(len(ordered) * 0.99) - 1)], ordered[-1]
 
 
 def make_pods(apiserver: ApiServerEmulator, count: int) -> None:
@@ -101,28 +96,9 @@ def main() -> int:
     try:
         kubeconfig = conn.recv()
         with KubeletEmulator(work / "dp"):
-            command = [
-                sys.executable,
-                "-m",
-                "deviceplugin.cli",
-                "run",
-                "--metrics-address",
-                "127.0.0.1:0",
-                "--node-name",
-                "bench",
-                "--device-plugin-dir",
-                str(work / "dp"),
-                "--state-dir",
-                str(work / "state"),
-                "--fake-gpus",
-                f"2x{GPU_MIB}",
-                "--kubeconfig",
-                kubeconfig,
-                "--log-level",
-                "warning",
-                "--pod-resources-socket",
-                str(work / "none.sock"),
-            ]
+            extra = ["--kubeconfig", kubeconfig, "--log-level", "warning"]
+            extra += ["--pod-resources-socket", str(work / "none.sock")]
+            command = daemon_command(work, "bench", f"2x{GPU_MIB}", extra)
             daemon = subprocess.Popen(command)
             try:
                 return measure(conn, work / "dp" / "volcano.sock", args.pods)

@@ -15,10 +15,11 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import daemon_command
 
 from deviceplugin.gpu.fake import fake_uuid
 from kubesim.apiserver import ApiServerEmulator
@@ -65,32 +66,23 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dpbench", dir="/tmp"))
     events = work / "events.jsonl"
-    command = [
-        sys.executable,
-        "-m",
-        "deviceplugin.cli",
-        "run",
-        "--metrics-address",
-        "127.0.0.1:0",
-        "--node-name",
+    command = daemon_command(
+        work,
         "bench",
-        "--device-plugin-dir",
-        str(work / "dp"),
-        "--fake-gpus",
         "8x143771",
-        "--fake-gpu-events",
-        str(events),
-        "--gpu-strategy",
-        "vgpu",
-        "--gpu-memory-factor",
-        "auto",
-        "--health-recovery-period",
-        "0.2",
-        "--log-level",
-        "warning",
-        "--state-dir",
-        str(work / "state"),
-    ]
+        [
+            "--fake-gpu-events",
+            str(events),
+            "--gpu-strategy",
+            "vgpu",
+            "--gpu-memory-factor",
+            "auto",
+            "--health-recovery-period",
+            "0.2",
+            "--log-level",
+            "warning",
+        ],
+    )
     try:
         with KubeletEmulator(work / "dp") as kubelet, ApiServerEmulator() as apiserver:
             apiserver.create("nodes", {"metadata": {"name": "bench"}})

@@ -21,13 +21,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from common import daemon_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from deviceplugin.ledger import Ledger, Patch
@@ -111,26 +111,8 @@ def main() -> int:
         ledger.close()
         log = work / "daemon.log"
         with KubeletEmulator(work / "dp"), log.open("w") as out:
-            command = [
-                sys.executable,
-                "-m",
-                "deviceplugin.cli",
-                "run",
-                "--metrics-address",
-                "127.0.0.1:0",
-                "--node-name",
-                NODE,
-                "--device-plugin-dir",
-                str(work / "dp"),
-                "--state-dir",
-                str(work / "state"),
-                "--fake-gpus",
-                "2x81920",
-                "--kubeconfig",
-                kubeconfig,
-                "--pod-resources-socket",
-                str(work / "none.sock"),
-            ]
+            extra = ["--kubeconfig", kubeconfig, "--pod-resources-socket", str(work / "none.sock")]
+            command = daemon_command(work, NODE, "2x81920", extra)
             daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
             try:
                 return report(conn, metrics_url(log), len(uids) * 2)
