@@ -7,8 +7,13 @@ or a broken stream leads to a fresh list, and API failures back off exponentiall
 consistent snapshot, can wait (bounded) for a condition to become true, and can ask how stale the
 cache may be (`staleness_s`: how long since it was last known current).
 
-No single object stops the loop: an object that cannot be keyed, or that a listener fails on
-(whatever it raises), is reported to `rejections` and the next one is processed. Anything else the
+A cache may keep less than the API serves: `slim(obj)` returns what to keep of each object (the
+fields its readers use), applied to every listed and watched object before it is stored and before
+a listener sees it; with hundreds of pods per node the rest (managedFields, images, probes, status
+conditions) is most of the memory the objects hold.
+
+No single object stops the loop: an object that cannot be keyed or slimmed, or that a listener
+fails on (whatever it raises), is reported to `rejections` and the next one is processed. Anything else the
 loop raises is a crash its worker's supervisor handles (logged, counted, restarted after a
 back-off: see `deviceplugin.supervisor`); a restart lists afresh. The cache reads as not synced
 from the crash until the new list and watch, and for good if its thread ever ends.
@@ -50,11 +55,13 @@ def _name(obj: Obj) -> str:
 
 Lister = Callable[[], tuple[list[Obj], str]]
 Watcher = Callable[[str, int], WatchStream]
+Slim = Callable[[Obj], Obj]
 
 
 class ListWatchCache:
     """Objects of one kind, keyed by `key(obj)`, kept current from `lister` + `watcher`; objects for
-    which `keep(obj)` is false are treated as absent."""
+    which `keep(obj)` is false are treated as absent; `slim(obj)` (when given) is what is kept of
+    each and what listeners are given (`key` and `keep` read the object as served)."""
 
     def __init__(
         self,
@@ -64,6 +71,7 @@ class ListWatchCache:
         *,
         key: Callable[[Obj], str] = _uid,
         keep: Callable[[Obj], bool] | None = None,
+        slim: Slim | None = None,
         scope: str = "",
         clock: Callable[[], float] = time.monotonic,
         supervisor: Supervisor | None = None,
@@ -74,6 +82,7 @@ class ListWatchCache:
         self._watcher = watcher
         self._key = key
         self._keep = keep
+        self._slim = slim
         self._clock = clock
         self._objects: dict[str, Obj] = {}
         self._watching = False
@@ -172,10 +181,12 @@ class ListWatchCache:
                 self._current_at = self._clock()
             self._cond.notify_all()
 
-    def _place(self, obj: Obj) -> tuple[str, bool] | None:
-        """The object's key and whether it is kept; None (reported) when it cannot be read."""
+    def _place(self, obj: Obj) -> tuple[str, bool, Obj] | None:
+        """The object's key, whether it is kept and what is kept of it; None (reported) when it
+        cannot be read."""
         try:
-            return self._key(obj), self._keep is None or self._keep(obj)
+            kept = self._keep is None or self._keep(obj)
+            return self._key(obj), kept, obj if self._slim is None else self._slim(obj)
         except Exception as err:
             self.rejections.reject(obj, err)
             return None
@@ -185,7 +196,7 @@ class ListWatchCache:
         for obj in items:
             where = self._place(obj)
             if where is not None and where[1]:
-                mine[where[0]] = obj
+                mine[where[0]] = where[2]
         with self._cond:
             gone = [obj for key, obj in self._objects.items() if key not in mine]
             self._objects = mine
@@ -206,13 +217,13 @@ class ListWatchCache:
             where = self._place(obj)
             if where is None:
                 return ""
-            key, present = where[0], kind != "DELETED" and where[1]
+            key, present, kept = where[0], kind != "DELETED" and where[1], where[2]
             with self._cond:
                 if present:
-                    self._objects[key] = obj
+                    self._objects[key] = kept
                 else:
                     self._objects.pop(key, None)
-            self._notify(str(kind) if present else "DELETED", obj)
+            self._notify(str(kind) if present else "DELETED", kept)
             self._wake_waiters()
         return _version(obj)
 
@@ -233,6 +244,13 @@ class ListWatchCache:
                 version = self._apply(event) or version
         return version
 
+    def _list(self) -> tuple[int, str]:
+        """List and replace the cache's objects: how many were listed and the list's version. (The
+        list as served is let go here, not held by the loop for as long as the watch lasts.)"""
+        items, version = self._lister()
+        self._replace(items)
+        return len(items), version
+
     def _run(self) -> None:
         try:
             self._loop()
@@ -243,13 +261,9 @@ class ListWatchCache:
         retries = Retries(RELIST_RETRY)
         while not self._worker.stopping.is_set():
             try:
-                items, version = self._lister()
-                self._replace(items)
+                count, version = self._list()
                 log.info(
-                    f"{self._what} cache listed",
-                    scope=self._scope,
-                    count=len(items),
-                    resource_version=version,
+                    f"{self._what} cache listed", scope=self._scope, count=count, resource_version=version
                 )
                 retries.succeeded()
                 while not self._worker.stopping.is_set():
@@ -279,6 +293,7 @@ class PodCache(ListWatchCache):
         node_name: str | None,
         clock: Callable[[], float] = time.monotonic,
         supervisor: Supervisor | None = None,
+        slim: Slim | None = None,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
@@ -288,6 +303,7 @@ class PodCache(ListWatchCache):
             lambda: kube.list_pods(self.selector),
             lambda version, timeout_s: kube.watch_pods(self.selector, version, timeout_s),
             keep=self._on_node if node_name else None,
+            slim=slim,
             scope=node_name or "cluster",
             clock=clock,
             supervisor=supervisor,
@@ -305,7 +321,11 @@ class NodeCache(ListWatchCache):
     """Every node, by name."""
 
     def __init__(
-        self, kube: Kube, clock: Callable[[], float] = time.monotonic, supervisor: Supervisor | None = None
+        self,
+        kube: Kube,
+        clock: Callable[[], float] = time.monotonic,
+        supervisor: Supervisor | None = None,
+        slim: Slim | None = None,
     ) -> None:
         self.kube = kube
         super().__init__(
@@ -313,6 +333,7 @@ class NodeCache(ListWatchCache):
             lambda: kube.list_nodes_versioned(""),
             lambda version, timeout_s: kube.watch_nodes("", version, timeout_s),
             key=_name,
+            slim=slim,
             scope="cluster",
             clock=clock,
             supervisor=supervisor,

@@ -181,6 +181,50 @@ def test_a_listener_failing_on_one_pod_costs_only_that_pod(
     assert "a bug reading this pod" in fields["reason"]
 
 
+def only_names(pod: Obj) -> Obj:
+    """A projection keeping a pod's name and node (what `slim` returns is all the cache keeps)."""
+    if pod["metadata"]["name"] == "unslimmable":
+        raise ValueError("cannot slim this pod")
+    return {"metadata": {"name": pod["metadata"]["name"]}, "spec": {"nodeName": pod["spec"]["nodeName"]}}
+
+
+def test_a_slim_cache_keeps_and_hands_listeners_only_the_projection(
+    apiserver: ApiServerEmulator, kube: Kube
+) -> None:
+    """Listed and watched pods alike are stored and given to listeners as `slim` returns them; the
+    deletion reaches listeners, and a pod the projection fails on is reported and costs only itself."""
+    apiserver.create("nodes", node_object("node-a"))
+    apiserver.create("pods", pod_object("listed", "node-a"))
+    pods = PodCache(kube, "node-a", slim=only_names)
+    seen: list[tuple[str, Obj]] = []
+    pods.add_listener(lambda kind, pod: seen.append((kind, pod)))
+    pods.start()
+    try:
+        assert pods.wait_synced(WAIT_S)
+        apiserver.create("pods", pod_object("unslimmable", "node-a"))
+        apiserver.create("pods", pod_object("watched", "node-a"))
+        assert pods.wait_until(lambda c: "watched" in names(c), WAIT_S)
+        apiserver.delete("pods", "watched", "default")
+        apiserver.create("pods", pod_object("after", "node-a"))
+        assert pods.wait_until(lambda c: names(c) == {"listed", "after"}, WAIT_S)
+        expected = [
+            {"metadata": {"name": name}, "spec": {"nodeName": "node-a"}} for name in ("listed", "after")
+        ]
+        assert sorted(pods.pods(), key=str) == sorted(expected, key=str)
+        assert [(kind, pod["metadata"]["name"]) for kind, pod in seen] == [
+            ("MODIFIED", "listed"),
+            ("ADDED", "watched"),
+            ("DELETED", "watched"),
+            ("ADDED", "after"),
+        ]
+        assert all(set(pod) == {"metadata", "spec"} for _, pod in seen)
+        assert pods.rejections.count == 1 and pods.synced
+        # one list only: every change came through the watch
+        assert apiserver.requests.count(method="GET", path="spec.nodeName%3Dnode-a", watch=False) == 1
+    finally:
+        pods.stop()
+
+
 def test_an_unexpected_failure_of_the_loop_is_a_supervised_crash_and_it_lists_again(
     apiserver: ApiServerEmulator, kube: Kube
 ) -> None:
