@@ -69,14 +69,16 @@ def gpu_node(apiserver: ApiServerEmulator, kube: Kube, root: Path, name: str) ->
 
 
 def published(apiserver: ApiServerEmulator, name: str) -> bool:
-    """The node shows every resource its daemon serves (kubelet's writes), its label and its two GPUs."""
+    """The node shows every resource its daemon serves with its devices counted (kubelet first posts a
+    newly registered resource as 0), its label and its two GPUs."""
     node = apiserver.get("nodes", name) or {}
     allocatable = node.get("status", {}).get("allocatable") or {}
     served = [resource.name for resource in RESOURCES[STRATEGIES[name]]]
     labelled = keys.GPU_STRATEGY_LABEL in (node.get("metadata", {}).get("labels") or {})
     # and what the daemon itself writes (its GPUs' capacity, the vGPU register) in other requests
     cards = len(family_of(STRATEGIES[name]).node_gpus(node, VgpuConfig(), None))
-    return labelled and all(resource in allocatable for resource in served) and cards == 2
+    counted = all(int(allocatable.get(resource, "0")) > 0 for resource in served)
+    return labelled and counted and cards == 2
 
 
 @pytest.fixture
