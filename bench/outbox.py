@@ -1,162 +1,254 @@
-"""How fast the outbox empties a backlog, and how many API requests it spends on it.
+"""The outbox's CPU per applied patch against the CPU of one Allocate (issue 15 item 3).
 
-The backlog an API outage leaves behind a burst of share-mode Allocates (issue 13 measured 8,778
-entries): per pod `gpu-assigned` and the release of Volcano's node lock, a tenth of the pods
-deleted meanwhile. The ledger is filled before the daemon starts (as a restart finds it); the
-daemon runs as a subprocess against the API-server emulator, which runs in a process of its own
-at a lower CPU priority (`--api-nice`, as in bench/allocate.py). Timed from the outbox's first
-batch to an empty outbox (the daemon's metrics, polled every 20 ms). The old pacing (a batch of
-50 entries, then a 1 s wait) set a floor of 50 entries/s.
-Run: `.venv/bin/python bench/outbox.py [--entries N] [--api-nice 0]`.
+One process holds what the daemon's Allocate and outbox use (the pod cache, a real ledger on disk,
+the share-mode allocator, the outbox worker); the API-server emulator runs in a process of its own
+at a lower CPU priority (`--api-nice`), as a real API server runs on other machines. CPU is the
+calling thread's (`time.thread_time`): the allocator and the outbox's passes run in the main thread,
+so the pod cache's watch thread and the emulator are not counted on either side. An Allocate queues
+a pod's `gpu-assigned` and the release of Volcano's node lock, and its gRPC framing is not counted:
+the floor is the least an Allocate costs.
+
+Two shapes, each measured on its own pods:
+- paced: every Allocate is followed by the outbox pass it wakes, as a lone Allocate's patches go out
+  at once (one pod patch and one lock release per pass);
+- backlog: `--backlog` Allocates back to back, then the outbox drains what they queued, in batches.
+The value is the outbox's CPU per pod patched (its lock release included), the floor the mean CPU
+of the same Allocates; the figures are the median of `--runs` runs (fresh processes and ledgers).
+`--profile` prints where the outbox's passes spend their CPU (cProfile, one run).
+Run: `.venv/bin/python bench/outbox.py [--paced 500] [--backlog 2000] [--runs 3] [--profile]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
+import cProfile
 import multiprocessing
 import os
-import re
+import pstats
 import shutil
-import signal
-import subprocess
+import statistics
 import tempfile
 import time
-import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from common import daemon_command
-from prometheus_client.parser import text_string_to_metric_families
+from report import Row, record
 
-from deviceplugin.ledger import Ledger, Patch
+from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.gpu.health import HealthState
+from deviceplugin.kube.api import Kube, load_client
+from deviceplugin.kube.events import EventRecorder
+from deviceplugin.kube.podcache import PodCache
+from deviceplugin.ledger import Ledger
+from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
+from deviceplugin.plugin.gpushare import GpushareAllocator
+from deviceplugin.plugin.outbox import OutboxWorker
 from kubesim.apiserver import ApiServerEmulator
-from kubesim.kubelet import KubeletEmulator
 
 NODE = "bench"
-OLD_RATE = 50.0  # entries/s: a batch of 50, then the 1 s idle wait
-DELETED_EVERY = 10  # one pod in ten is gone by the time the outbox runs
+UNITS = 10  # MiB (device IDs) per pod
+GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=81920) for i in range(2))
+ASSIGNED = "volcano.sh/gpu-assigned"
 
 
 def serve_api(conn: Connection, kubeconfig: Path, pods: int, nice: int) -> None:
-    """The API server's process: the node and its pods (some deleted again); then, when asked,
-    the PATCH requests it answered, by target."""
+    """The API server's process: the node and `pods` pending share pods, GPUs in turn, in the
+    scheduler's order; then, when asked, how many pods carry `gpu-assigned` and how many PATCH
+    requests it has answered."""
     os.nice(nice)
     with ApiServerEmulator() as apiserver:
         apiserver.create("nodes", {"metadata": {"name": NODE}})
         apiserver.create("namespaces", {"metadata": {"name": "bench"}})
-        uids = []
         for n in range(pods):
-            pod = {
-                "metadata": {"name": f"p{n:05d}", "namespace": "bench"},
-                "spec": {"nodeName": NODE, "containers": [{"name": "cuda", "image": "cuda"}]},
+            annotations = {
+                "volcano.sh/gpu-index": str(n % len(GPUS)),
+                "volcano.sh/predicate-time": str(n + 1),
             }
-            uids.append(apiserver.create("pods", pod)["metadata"]["uid"])
-        for n in range(0, pods, DELETED_EVERY):
-            apiserver.delete("pods", f"p{n:05d}", "bench")
-        conn.send((str(apiserver.write_kubeconfig(kubeconfig)), uids))
-        conn.recv()
-        deleted = {f"/pods/p{n:05d}" for n in range(0, pods, DELETED_EVERY)}
-        patches: collections.Counter[str] = collections.Counter()
-        for record in apiserver.requests.records():
-            if record.method == "PATCH":
-                kind = "node" if "/nodes/" in record.path else "pod"
-                gone = kind == "pod" and any(record.path.endswith(path) for path in deleted)
-                patches[f"{kind} (deleted)" if gone else kind] += 1
-        conn.send(patches)
+            limits = {"volcano.sh/gpu-memory": str(UNITS)}
+            apiserver.create(
+                "pods",
+                {
+                    "metadata": {"name": f"p{n:05d}", "namespace": "bench", "annotations": annotations},
+                    "spec": {
+                        "nodeName": NODE,
+                        "containers": [{"name": "cuda", "image": "cuda", "resources": {"limits": limits}}],
+                    },
+                },
+            )
+        conn.send(str(apiserver.write_kubeconfig(kubeconfig)))
         with contextlib.suppress(EOFError):
-            conn.recv()  # serve until the daemon is stopped and the pipe closed
+            while conn.recv() is not None:
+                listed = apiserver.list("pods", "bench")
+                assigned = sum(1 for pod in listed if pod["metadata"]["annotations"].get(ASSIGNED) == "true")
+                conn.send((assigned, apiserver.requests.count(method="PATCH")))
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if "outbox" in sample.name
-    }
+def device_ids(n: int) -> list[str]:
+    """Kubelet's choice for pod n: the next free IDs of its GPU."""
+    gpu, slot = n % len(GPUS), n // len(GPUS)
+    return [f"{gpu}-{slot * UNITS + k}" for k in range(UNITS)]
 
 
-def metrics_url(log: Path) -> str:
-    pattern = re.compile(r"metrics listening.*port=(\d+)")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = pattern.findall(log.read_text())
-        if found:
-            return f"http://127.0.0.1:{found[-1]}"
-        time.sleep(0.05)
-    raise SystemExit(f"the daemon never listened for metrics:\n{log.read_text()[-3000:]}")
+def cpu_of(action: Callable[[], object]) -> float:
+    """The calling thread's CPU seconds for `action`."""
+    began = time.thread_time()
+    action()
+    return time.thread_time() - began
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=8778, help="backlog size (two entries per pod)")
-    parser.add_argument("--api-nice", type=int, default=10, help="CPU niceness of the API emulator")
-    args = parser.parse_args()
-    pods = args.entries // 2
+@dataclass(frozen=True)
+class Shape:
+    outbox_s: float  # the outbox's CPU over the shape's pods
+    allocate_s: float  # the same pods' Allocates
+    pods: int
+    requests: int  # PATCH requests the outbox sent
+
+
+@dataclass(frozen=True)
+class Run:
+    paced: Shape
+    backlog: Shape
+
+
+class Node:
+    """The daemon's Allocate and outbox in this process, against the emulator's API."""
+
+    def __init__(self, work: Path, kubeconfig: str) -> None:
+        kube = Kube(load_client(Path(kubeconfig)))
+        self.pods = PodCache(kube, NODE)
+        self.ledger = Ledger(work / "ledger.db")
+        self.outbox = OutboxWorker(self.ledger, kube, self.pods)  # never started: its passes run here
+        self.events = EventRecorder(kube, NODE)
+        devices = DeviceList(RESOURCES["share"][0], GPUS, Layout())
+        health = HealthState(tuple(gpu.uuid for gpu in GPUS))
+        self.allocator = GpushareAllocator(
+            devices, health, self.pods, self.ledger, self.events, node_name=NODE, on_outbox=self.outbox.wake
+        )
+
+    @contextlib.contextmanager
+    def running(self, pods: int) -> Iterator[Node]:
+        self.pods.start()
+        self.events.start()
+        try:
+            if not self.pods.wait_until(lambda cache: cache.synced and len(cache.objects()) >= pods, 120):
+                raise SystemExit("the pod cache did not list the bench's pods")
+            yield self
+        finally:
+            self.pods.stop()
+            self.events.stop()
+            self.ledger.close()
+
+    def allocate(self, n: int) -> float:
+        return cpu_of(lambda: self.allocator.allocate(device_ids(n)))
+
+    def drain(self, profile: cProfile.Profile | None) -> float:
+        """The outbox's passes, as its worker runs them, until it is empty: their CPU seconds."""
+
+        def passes() -> None:
+            started_by = "wait"
+            while self.ledger.outbox_size():
+                started_by = "backlog" if self.outbox.run_once(started_by) else "wait"
+
+        if profile is None:
+            return cpu_of(passes)
+        profile.enable()
+        try:
+            return cpu_of(passes)
+        finally:
+            profile.disable()
+
+
+def patches(api: Connection) -> tuple[int, int]:
+    """Pods marked assigned, and PATCH requests answered, so far."""
+    api.send("count")
+    assigned, requests = api.recv()
+    return int(assigned), int(requests)
+
+
+def paced(node: Node, api: Connection, first: int, count: int, profile: cProfile.Profile | None) -> Shape:
+    allocate_s = outbox_s = 0.0
+    before = patches(api)[1]
+    for n in range(first, first + count):
+        allocate_s += node.allocate(n)
+        outbox_s += node.drain(profile)
+    return Shape(outbox_s, allocate_s, count, patches(api)[1] - before)
+
+
+def backlog(node: Node, api: Connection, first: int, count: int, profile: cProfile.Profile | None) -> Shape:
+    before = patches(api)[1]
+    allocate_s = sum(node.allocate(n) for n in range(first, first + count))
+    outbox_s = node.drain(profile)
+    return Shape(outbox_s, allocate_s, count, patches(api)[1] - before)
+
+
+def one_run(args: argparse.Namespace, profile: cProfile.Profile | None) -> Run:
     work = Path(tempfile.mkdtemp(prefix="dpoutbox", dir="/tmp"))
     spawn = multiprocessing.get_context("spawn")
     conn, child_conn = spawn.Pipe()
-    api = spawn.Process(target=serve_api, args=(child_conn, work / "kc", pods, args.api_nice))
+    total = args.paced + args.backlog
+    api = spawn.Process(target=serve_api, args=(child_conn, work / "kc", total, args.api_nice))
     api.start()
     try:
-        kubeconfig, uids = conn.recv()
-        ledger = Ledger(work / "state" / "ledger.db")
-        for n, uid in enumerate(uids):
-            assigned = Patch("pod", "bench", f"p{n:05d}", {"volcano.sh/gpu-assigned": "true"}, uid)
-            ledger.enqueue([assigned, Patch("node", "", NODE, {"gpu": None})])
-        ledger.close()
-        log = work / "daemon.log"
-        with KubeletEmulator(work / "dp"), log.open("w") as out:
-            extra = ["--kubeconfig", kubeconfig, "--pod-resources-socket", str(work / "none.sock")]
-            command = daemon_command(work, NODE, "2x81920", extra)
-            daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-            try:
-                return report(conn, metrics_url(log), len(uids) * 2)
-            finally:
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(30)
+        node = Node(work, conn.recv())
+        with node.running(total):
+            run = Run(
+                paced(node, conn, 0, args.paced, profile),
+                backlog(node, conn, args.paced, args.backlog, profile),
+            )
+        if patches(conn)[0] != total:
+            raise SystemExit("a pod was not marked assigned: the outbox lost a patch")
     finally:
+        with contextlib.suppress(OSError):
+            conn.send(None)
         conn.close()
         api.join(10)
         api.kill()
         shutil.rmtree(work)
+    return run
 
 
-def report(api: Connection, url: str, entries: int) -> int:
-    backlog = ("volcano_gpu_plugin_outbox_backlog", ())
-    deadline = time.monotonic() + 600
-    started = None
-    while time.monotonic() < deadline:
-        sample = scrape(url)
-        if started is None and any(name.endswith("batches_total") for name, _ in sample):
-            started = time.monotonic()
-        if started is not None and sample.get(backlog) == 0:
-            break
-        time.sleep(0.02)
-    else:
-        raise SystemExit("the outbox did not empty within 600 s")
-    seconds = time.monotonic() - started
-    api.send("count")
-    patches: collections.Counter[str] = api.recv()
-    print(
-        f"{entries:,} entries ({entries // 2:,} pods, one in {DELETED_EVERY} deleted; "
-        "gpu-assigned and the lock release each)"
-    )
-    print(
-        f"drained in {seconds:.2f} s: {entries / seconds:,.0f} entries/s "
-        f"(old pacing: {OLD_RATE:.0f}/s, {entries / OLD_RATE:.0f} s)"
-    )
-    print(f"PATCH requests: {dict(patches)} (node: the outbox's lock release and the node publisher's)")
-    for (name, labels), value in sorted(sample.items()):
-        if (name, labels) != backlog:
-            print(f"  {name}{dict(labels) or ''}: {value:.0f}")
-    ok = entries / seconds > OLD_RATE and patches["pod (deleted)"] == 0
-    print(f"{'beats' if ok else 'DOES NOT beat'} the old floor, with no request for a deleted pod")
-    return 0 if ok else 1
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paced", type=int, default=500, help="pods allocated one pass at a time")
+    parser.add_argument("--backlog", type=int, default=2000, help="pods allocated before one drain")
+    parser.add_argument("--runs", type=int, default=3, help="the figures are the median of the runs")
+    parser.add_argument("--profile", action="store_true", help="print the outbox's profile (one run)")
+    parser.add_argument("--api-nice", type=int, default=10, help="CPU niceness of the API emulator")
+    args = parser.parse_args()
+    if (args.paced + args.backlog) * UNITS > sum(gpu.memory_mib for gpu in GPUS):
+        parser.error("the pods do not fit in the GPUs")
+    profile = cProfile.Profile() if args.profile else None
+    runs = []
+    for number in range(1 if profile else args.runs):
+        run = one_run(args, profile)
+        runs.append(run)
+        for name, shape in (("paced", run.paced), ("backlog", run.backlog)):
+            print(
+                f"run {number + 1} {name}: per pod, outbox {shape.outbox_s / shape.pods * 1e6:.0f} µs CPU "
+                f"({shape.requests / shape.pods:.2f} PATCH requests), "
+                f"Allocate {shape.allocate_s / shape.pods * 1e6:.0f} µs CPU",
+                flush=True,
+            )
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        return 0  # profiled figures are not the product's
+    rows = [
+        row(f"outbox CPU per pod patch, {args.paced} paced Allocates", [r.paced for r in runs]),
+        row(f"outbox CPU per pod patch, backlog of {args.backlog} Allocates", [r.backlog for r in runs]),
+    ]
+    record(rows)
+    return 0 if all(r.passed for r in rows) else 1
+
+
+def row(metric: str, shapes: list[Shape]) -> Row:
+    """The outbox's CPU per pod patched against one Allocate's, medians over the runs, in µs."""
+    value = statistics.median(s.outbox_s / s.pods for s in shapes) * 1e6
+    floor = statistics.median(s.allocate_s / s.pods for s in shapes) * 1e6
+    return Row(metric, value, "µs", floor, "ratio <= 1", value <= floor)
 
 
 if __name__ == "__main__":
