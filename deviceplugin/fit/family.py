@@ -17,6 +17,7 @@ from typing import Protocol
 from deviceplugin.fit import objects
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, ContainerRequest, FitResult, GpuState, VgpuConfig
+from deviceplugin.fit.policy import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class PodRequest:
 
     wants: bool  # False: the pod asks for none of the family's resources (it fits anywhere)
     containers: tuple[ContainerRequest, ...] = ()  # per-container requests, for families that read them
+    units: int = 0  # the one amount a family asks (share: memory units, number: GPUs), else 0
+    quick: bool = False  # the family's `quick` decides this pod's fit exactly as `fit` does
 
 
 class Family(Protocol):
@@ -60,6 +63,19 @@ class Family(Protocol):
         config: VgpuConfig,
     ) -> FitResult:
         """Choose the pod's devices on one node, with a score by `policy`."""
+
+    def quick_cards(
+        self, gpus: Sequence[GpuState], policy: Policy, compat: Compat
+    ) -> Sequence[GpuState] | None:
+        """The node's GPUs as `quick` reads them (in the order the fit visits them), or None where
+        only `fit` decides on this node. They depend on the node alone: build them once per change."""
+
+    def quick(
+        self, cards: Sequence[GpuState], request: PodRequest, policy: Policy
+    ) -> tuple[float, int] | None:
+        """For a request with `request.quick`, on `quick_cards`: `fit`'s score and number of devices
+        when the pod fits, None when it does not (`fit` then says why). No result object and no
+        message is built: a scheduler screening thousands of nodes per pod pays a few comparisons."""
 
     def bind_annotations(self, result: FitResult, node: str, now_ns: int, compat: Compat) -> dict[str, str]:
         """The annotations a bind writes for a fit's choice (`now_ns`: the decision's Unix time)."""

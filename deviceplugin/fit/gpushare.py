@@ -83,27 +83,43 @@ def fit_gpushare(
 
 
 def fit_share(
-    cards: Sequence[GpuState], pod: objects.Obj, *, policy: str | None = None, compat: Compat = None
+    cards: Sequence[GpuState],
+    pod: objects.Obj,
+    *,
+    policy: str | None = None,
+    compat: Compat = None,
+    need: int | None = None,
 ) -> FitResult:
     """The pod's memory on the lowest-indexed healthy card with enough idle memory. A pod without
-    a `gpu-memory` request fits with no devices."""
+    a `gpu-memory` request fits with no devices. `need`: the pod's `pod_gpu_memory`, when the
+    caller fitting it on many nodes has read it once."""
     volcano = is_volcano_compat(compat)
     chosen = policy_of(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
-    pod_name = objects.display_name(pod)
-    need = pod_gpu_memory(pod, compat)
+    if need is None:
+        need = pod_gpu_memory(pod, compat)
     if need <= 0:
         return FitResult(ok=True)
-    fitting = [c for c in ordered if c.health and _free_memory(c, volcano) >= need]
-    if not fitting:
+    card = next((c for c in ordered if c.health and _free_memory(c, volcano) >= need), None)
+    if card is None:
         details = "; ".join(f"GPU {c.index}: {_why_not(c, need)}" for c in ordered)
         return FitResult(
             ok=False,
-            reason=f"pod {pod_name} needs {need} MiB of GPU memory on one GPU; none has it [{details}]",
+            reason=f"pod {objects.display_name(pod)} needs {need} MiB of GPU memory on one GPU; "
+            f"none has it [{details}]",
         )
-    card = fitting[0]
     assigned = Assigned(card.uuid, card.index, card.type, need, 0)
     return FitResult(ok=True, devices=((assigned,),), score=_share_score(card, need, chosen, volcano))
+
+
+def quick_share(cards: Sequence[GpuState], need: int, policy: Policy) -> float | None:
+    """`fit_share`'s score (compat None) for a request of `need` > 0 on `cards` in index order,
+    None when it does not fit: the same choice without its result or messages, for a scheduler
+    screening many nodes per pod."""
+    for card in cards:
+        if card.health and card.free_memory >= need:
+            return _share_score(card, need, policy, False)
+    return None
 
 
 def fit_number(
@@ -113,10 +129,12 @@ def fit_number(
     policy: str | None = None,
     compat: Compat = None,
     rng: random.Random | None = None,
+    need: int | None = None,
 ) -> FitResult:
     """That many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
     order, which is unspecified (B1); compat="volcano" draws them at random (`rng`) to match.
-    A pod without a `gpu-number` request fits with no devices.
+    A pod without a `gpu-number` request fits with no devices. `need`: the pod's
+    `pod_gpu_number`, when the caller has read it once.
 
     compat="volcano", a pod that also asks `gpu-memory`: Volcano's filter counts idle cards, but
     its Allocate takes the memory branch first (`gpushare/device_info.go:Allocate`): one card, the
@@ -127,15 +145,15 @@ def fit_number(
     chosen = policy_of(policy, volcano)
     ordered = sorted(cards, key=lambda c: c.index)
     healthy = [c for c in ordered if c.health]
-    pod_name = objects.display_name(pod)
-    need = pod_gpu_number(pod, compat)
+    if need is None:
+        need = pod_gpu_number(pod, compat)
     if need <= 0:
         return FitResult(ok=True)
     idle = [c for c in healthy if not c.pods]
     if len(idle) < need:
         return FitResult(
             ok=False,
-            reason=f"pod {pod_name} needs {need} idle GPU(s); the node has "
+            reason=f"pod {objects.display_name(pod)} needs {need} idle GPU(s); the node has "
             f"{len(idle)} idle of {len(ordered)} ({len(ordered) - len(healthy)} unhealthy)",
         )
     memory = pod_gpu_memory(pod, compat) if volcano else 0
@@ -146,6 +164,19 @@ def fit_number(
     return FitResult(
         ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, chosen, volcano)
     )
+
+
+def quick_number(cards: Sequence[GpuState], need: int, policy: Policy) -> float | None:
+    """`fit_number`'s score (compat None) for `need` > 0 whole GPUs, None when they are not there."""
+    healthy = idle = 0
+    for card in cards:
+        if card.health:
+            healthy += 1
+            if not card.pods:
+                idle += 1
+    if idle < need:
+        return None
+    return _number_score(healthy, idle - need, policy, False)
 
 
 _Fit = Callable[[Sequence[GpuState], objects.Obj, str | None, Compat, random.Random | None], FitResult]

@@ -336,6 +336,66 @@ def fit_vgpu(
     return FitResult(ok=True, devices=tuple(placed), score=score)
 
 
+# --- quick fit: fit_vgpu's decision for the common pod, for a scheduler screening many nodes ------
+
+
+def plain_request(pod: objects.Obj, requests: Sequence[ContainerRequest], compat: Compat) -> bool:
+    """Whether `quick_vgpu` decides this pod exactly as `fit_vgpu` does (compat None, no
+    exclusivity rules): one container, and none of the annotations that change which cards it
+    may use (sharing mode, GPU UUID or type lists, pod-group spread)."""
+    if is_volcano_compat(compat) or len(requests) != 1:
+        return False
+    notes = objects.annotations_of(pod)
+    return (
+        keys.VGPU_MODE not in notes
+        and not UuidFilter.of(notes).active
+        and not TypeFilter.of(notes, False).active
+        and notes.get(keys.VGPU_PODGROUP_POLICY) != keys.PODGROUP_POLICY_SPREAD
+    )
+
+
+def visiting_order(gpus: Sequence[GpuState], policy: Policy, compat: Compat) -> tuple[GpuState, ...] | None:
+    """The cards in the order `fit_vgpu` visits them for a pod's first container (it depends on
+    the node's usage only), or None where `quick_vgpu` cannot decide: Volcano's rules, MIG cards."""
+    if is_volcano_compat(compat):
+        return None
+    cards = sorted(gpus, key=lambda g: g.index)
+    if any(card.mode == keys.MODE_MIG for card in cards):
+        return None
+    used_num = [card.used_num for card in cards]
+    used_mem = [card.used_memory for card in cards]
+    return tuple(cards[pos] for pos in _card_order(policy, cards, used_num, used_mem, False))
+
+
+def quick_vgpu(order: Sequence[GpuState], request: ContainerRequest, policy: Policy) -> float | None:
+    """`fit_vgpu`'s score for a `plain_request` on a node's cards in `visiting_order`, None when it
+    does not fit: the room rules of `_place` for a card without MIG, exclusivity rules or pod
+    group, without the result or messages."""
+    remaining = request.nums
+    if remaining > len(order):
+        return None
+    percentage, cores = request.memory_percentage, request.cores
+    score = 0.0
+    for card in order:
+        used_num, used_mem, used_cores = card.used_num, card.used_memory, card.used_cores
+        need = request.memory if percentage is None else card.memory * percentage // 100
+        if (
+            not card.health
+            or card.split_count <= used_num
+            or card.memory - used_mem < need
+            or used_cores + cores > card.cores
+            or (cores == card.cores and used_num > 0)
+            or (used_cores == card.cores and cores == 0)
+            or request.type not in card.type
+        ):
+            continue
+        score += policy.card_score(used_num + 1, used_mem + need, card.memory, False)
+        remaining -= 1
+        if remaining == 0:
+            return score
+    return None
+
+
 def _volcano_node_mode(cards: Sequence[GpuState]) -> str:
     return cards[-1].mode if cards else keys.MODE_HAMI_CORE  # the last card decides (B14)
 

@@ -9,9 +9,17 @@ from typing import Any
 from deviceplugin.fit import keys, objects
 from deviceplugin.fit.bind import gpushare_bind_annotations
 from deviceplugin.fit.family import PodRequest
-from deviceplugin.fit.gpushare import fit_number, fit_share, pod_gpu_memory, pod_gpu_number
+from deviceplugin.fit.gpushare import (
+    fit_number,
+    fit_share,
+    pod_gpu_memory,
+    pod_gpu_number,
+    quick_number,
+    quick_share,
+)
 from deviceplugin.fit.keys import Strategy
-from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig
+from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig, is_volcano_compat
+from deviceplugin.fit.policy import Policy
 from deviceplugin.fit.strategy import STRATEGY_RESOURCES
 from deviceplugin.fit.usage import add_gpushare_pod, gpushare_cards, remove_gpushare_pod
 
@@ -33,7 +41,8 @@ class ShareFamily:
         return STRATEGY_RESOURCES[self.strategy]
 
     def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
-        return PodRequest(pod_gpu_memory(pod, compat) > 0)
+        need = pod_gpu_memory(pod, compat)
+        return PodRequest(need > 0, units=need, quick=not is_volcano_compat(compat))
 
     def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
         return gpushare_cards(node, compat=compat)
@@ -48,7 +57,18 @@ class ShareFamily:
         compat: Compat,
         config: VgpuConfig,
     ) -> FitResult:
-        return fit_share(gpus, pod, policy=policy, compat=compat)
+        return fit_share(gpus, pod, policy=policy, compat=compat, need=request.units)
+
+    def quick_cards(
+        self, gpus: Sequence[GpuState], policy: Policy, compat: Compat
+    ) -> Sequence[GpuState] | None:
+        return None if is_volcano_compat(compat) else tuple(sorted(gpus, key=lambda g: g.index))
+
+    def quick(
+        self, cards: Sequence[GpuState], request: PodRequest, policy: Policy
+    ) -> tuple[float, int] | None:
+        score = quick_share(cards, request.units, policy)
+        return None if score is None else (score, 1)
 
     def bind_annotations(self, result: FitResult, node: str, now_ns: int, compat: Compat) -> dict[str, str]:
         return gpushare_bind_annotations(result, now_ns)
@@ -66,7 +86,8 @@ class NumberFamily(ShareFamily):
     strategy: Strategy = "number"
 
     def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
-        return PodRequest(pod_gpu_number(pod, compat) > 0)
+        need = pod_gpu_number(pod, compat)
+        return PodRequest(need > 0, units=need, quick=not is_volcano_compat(compat))
 
     def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
         status = _section(node, "status")
@@ -86,4 +107,10 @@ class NumberFamily(ShareFamily):
         compat: Compat,
         config: VgpuConfig,
     ) -> FitResult:
-        return fit_number(gpus, pod, policy=policy, compat=compat)
+        return fit_number(gpus, pod, policy=policy, compat=compat, need=request.units)
+
+    def quick(
+        self, cards: Sequence[GpuState], request: PodRequest, policy: Policy
+    ) -> tuple[float, int] | None:
+        score = quick_number(cards, request.units, policy)
+        return None if score is None else (score, request.units)

@@ -10,9 +10,10 @@ from deviceplugin.fit.bind import vgpu_bind_annotations
 from deviceplugin.fit.family import PodRequest
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig
+from deviceplugin.fit.policy import Policy
 from deviceplugin.fit.strategy import STRATEGY_RESOURCES
 from deviceplugin.fit.usage import add_vgpu_pod, remove_vgpu_pod, vgpu_gpus
-from deviceplugin.fit.vgpu import fit_vgpu, parse_vgpu_requests
+from deviceplugin.fit.vgpu import fit_vgpu, parse_vgpu_requests, plain_request, quick_vgpu, visiting_order
 
 NS_PER_S = 1_000_000_000
 
@@ -29,7 +30,7 @@ class VgpuFamily:
 
     def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
         requests = tuple(parse_vgpu_requests(pod, compat=compat))
-        return PodRequest(bool(requests), requests)
+        return PodRequest(bool(requests), requests, quick=plain_request(pod, requests, compat))
 
     def node_gpus(self, node: objects.Obj, config: VgpuConfig, compat: Compat) -> list[GpuState]:
         return vgpu_gpus(node, config=config, compat=compat)
@@ -45,6 +46,18 @@ class VgpuFamily:
         config: VgpuConfig,
     ) -> FitResult:
         return fit_vgpu(gpus, request.containers, pod, policy, compat, config=config)
+
+    def quick_cards(
+        self, gpus: Sequence[GpuState], policy: Policy, compat: Compat
+    ) -> Sequence[GpuState] | None:
+        return visiting_order(gpus, policy, compat)
+
+    def quick(
+        self, cards: Sequence[GpuState], request: PodRequest, policy: Policy
+    ) -> tuple[float, int] | None:
+        container = request.containers[0]
+        score = quick_vgpu(cards, container, policy)
+        return None if score is None else (score, container.nums)
 
     def bind_annotations(self, result: FitResult, node: str, now_ns: int, compat: Compat) -> dict[str, str]:
         return vgpu_bind_annotations(result, node, now_ns // NS_PER_S, compat)
