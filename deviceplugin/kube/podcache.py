@@ -61,7 +61,9 @@ Slim = Callable[[Obj], Obj]
 class ListWatchCache:
     """Objects of one kind, keyed by `key(obj)`, kept current from `lister` + `watcher`; objects for
     which `keep(obj)` is false are treated as absent; `slim(obj)` (when given) is what is kept of
-    each and what listeners are given (`key` and `keep` read the object as served)."""
+    each and what listeners are given. `keep` reads the object as served, `key` what is kept of
+    it (a key taken from the served object would hold that object's memory: see
+    `deviceplugin.plugin.podfields`)."""
 
     def __init__(
         self,
@@ -185,8 +187,8 @@ class ListWatchCache:
         """The object's key, whether it is kept and what is kept of it; None (reported) when it
         cannot be read."""
         try:
-            kept = self._keep is None or self._keep(obj)
-            return self._key(obj), kept, obj if self._slim is None else self._slim(obj)
+            slimmed = obj if self._slim is None else self._slim(obj)
+            return self._key(slimmed), self._keep is None or self._keep(obj), slimmed
         except Exception as err:
             self.rejections.reject(obj, err)
             return None

@@ -31,6 +31,7 @@ from deviceplugin.plugin.family import AllocatorParts, NodeFamily, PodApi
 from deviceplugin.plugin.hook import HookPath
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.pending import asks_for
+from deviceplugin.plugin.podfields import daemon_pod
 from deviceplugin.plugin.recover import rebuild_ledger
 from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Rebuild, Releaser
@@ -180,7 +181,7 @@ class KubeSide:
         family: NodeFamily,
         supervisor: Supervisor,
     ) -> KubeSide:
-        pods = PodCache(kube, config.node_name, supervisor=supervisor)
+        pods = PodCache(kube, config.node_name, supervisor=supervisor, slim=daemon_pod)
         events = EventRecorder(kube, config.node_name, supervisor)
         watch = NodeWatch(kube, config.node_name, supervisor)  # shared by node state and the handshake
         node = NodePublisher(

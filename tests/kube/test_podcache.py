@@ -182,10 +182,14 @@ def test_a_listener_failing_on_one_pod_costs_only_that_pod(
 
 
 def only_names(pod: Obj) -> Obj:
-    """A projection keeping a pod's name and node (what `slim` returns is all the cache keeps)."""
-    if pod["metadata"]["name"] == "unslimmable":
+    """A projection keeping a pod's name, UID (the cache's key) and node."""
+    meta = pod["metadata"]
+    if meta["name"] == "unslimmable":
         raise ValueError("cannot slim this pod")
-    return {"metadata": {"name": pod["metadata"]["name"]}, "spec": {"nodeName": pod["spec"]["nodeName"]}}
+    return {
+        "metadata": {"name": meta["name"], "uid": meta["uid"]},
+        "spec": {"nodeName": pod["spec"]["nodeName"]},
+    }
 
 
 def test_a_slim_cache_keeps_and_hands_listeners_only_the_projection(
@@ -207,10 +211,8 @@ def test_a_slim_cache_keeps_and_hands_listeners_only_the_projection(
         apiserver.delete("pods", "watched", "default")
         apiserver.create("pods", pod_object("after", "node-a"))
         assert pods.wait_until(lambda c: names(c) == {"listed", "after"}, WAIT_S)
-        expected = [
-            {"metadata": {"name": name}, "spec": {"nodeName": "node-a"}} for name in ("listed", "after")
-        ]
-        assert sorted(pods.pods(), key=str) == sorted(expected, key=str)
+        served = [apiserver.get("pods", name, "default") or {} for name in ("listed", "after")]
+        assert sorted(pods.pods(), key=str) == sorted(map(only_names, served), key=str)
         assert [(kind, pod["metadata"]["name"]) for kind, pod in seen] == [
             ("MODIFIED", "listed"),
             ("ADDED", "watched"),
