@@ -1,4 +1,4 @@
-"""The allocation ledger: what this node handed out, durably (SQLite, WAL, synchronous commits).
+"""The allocation ledger: what this node handed out (SQLite, WAL; docs/ledger.md says how durably).
 
 One row per (pod UID, container, resource) with the GPUs, memory and cores given, kubelet's
 device IDs and the exact response sent, so a repeated Allocate gets the same answer and metrics
@@ -14,15 +14,16 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from deviceplugin.ledgerfiles import (
     CORRUPT,
@@ -40,6 +41,9 @@ log = get_log(__name__)
 SCHEMA_VERSION = 1
 RETENTION_S = 24 * 3600
 PROBE_INTERVAL_S = 1.0  # while a write fails, how often `problem()` tries one again
+# SQLite's level for commits (docs/ledger.md): NORMAL survives kill -9 at any instant; a commit
+# reaches the disk before its outbox patches leave (`due`), not before Allocate answers.
+SYNCHRONOUS = "NORMAL"
 
 # Each entry moves the schema from version n to n + 1; never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -191,6 +195,25 @@ def device_key(device_ids: Iterable[str]) -> str:
     return ",".join(sorted(device_ids))
 
 
+class Holding:
+    """Whether the ledger holds a live row for a key, as of now: a view of the ledger's live set,
+    asked without copying it (Allocate asks on every call). Membership only: a set that changes
+    while another thread walks it cannot be walked safely; `Ledger.served()` is a snapshot.
+    `vacated` counts the times keys left it (rows released, or moved to other containers)."""
+
+    __slots__ = ("_keys", "vacated")
+
+    def __init__(self, keys: KeysView[Key]) -> None:
+        self._keys = keys
+        self.vacated = 0
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+
+NOTHING = Holding({}.keys())  # a ledger that holds nothing, ever
+
+
 # An outbox entry due now, unless it is a pod's held back (parameters: now, the last id held back).
 _DUE = "next_attempt_at <= ? AND (target = 'node' OR id > ?)"
 
@@ -210,7 +233,7 @@ def _patch(target: str, namespace: str, name: str, text: str) -> Patch:
 
 def _configure(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before Allocate answers
+    db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
     db.execute("PRAGMA foreign_keys=ON")
 
 
@@ -273,9 +296,13 @@ class Ledger:
             rows = self._db.execute(
                 "SELECT pod_uid, container, resource, device_key FROM allocations WHERE state = 'allocated'"
             )
-            # The live rows' keys and device keys, mirrored in memory: Allocate asks on every call.
+            # The live rows' keys and device keys, mirrored in memory and kept as rows change:
+            # Allocate asks on every call, release on every pod event.
             self._live: dict[Key, str] = {}
             self._by_devices: dict[tuple[str, str], Key] = {}
+            self._by_pod: dict[str, set[Key]] = {}
+            self._by_resource: dict[str, set[Key]] = {}
+            self.holding = Holding(self._live.keys())
             for uid, container, resource, devices in rows.fetchall():
                 self._remember((uid, container, resource), devices)
         except LedgerError:
@@ -407,7 +434,7 @@ class Ledger:
                     raise
             finally:
                 if not durable:
-                    self._db.execute("PRAGMA synchronous=FULL")
+                    self._db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
             self._written()
 
     def _restore_if_removed(self) -> None:
@@ -438,6 +465,20 @@ class Ledger:
     def _remember(self, key: Key, devices: str) -> None:
         self._live[key] = devices
         self._by_devices[(key[2], devices)] = key
+        self._by_pod.setdefault(key[0], set()).add(key)
+        self._by_resource.setdefault(key[2], set()).add(key)
+
+    def _forget(self, key: Key) -> str:
+        """Drop a live key from the memory indexes; returns its device key."""
+        devices = self._live.pop(key)
+        if self._by_devices.get((key[2], devices)) == key:
+            del self._by_devices[(key[2], devices)]
+        for index, part in ((self._by_pod, key[0]), (self._by_resource, key[2])):
+            keys = index[part]
+            keys.discard(key)
+            if not keys:
+                del index[part]
+        return devices
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -523,9 +564,10 @@ class Ledger:
                         ),
                     )
                 self._enqueue(db, patches, self._clock())
-            devices = {key: self._live.pop(key) for key in leaving}
+            devices = {key: self._forget(key) for key in leaving}
             for move in moves:
                 self._remember(move.new_key, devices[move.key])
+            self.holding.vacated += 1
         for move in moves:
             log.info("ledger reassigned", row=move.key, to=move.new_key)
 
@@ -575,16 +617,22 @@ class Ledger:
             )
             return [self._allocation(self._db, row) for row in rows.fetchall()]
 
-    def served(self) -> frozenset[tuple[str, str, str]]:
-        """(pod UID, container, resource) of every live allocation (kept in memory: Allocate reads
-        it on every call)."""
+    def served(self) -> frozenset[Key]:
+        """(pod UID, container, resource) of every live allocation: a copy (see `holding`)."""
         with self._lock:
             return frozenset(self._live)
+
+    def served_except(self, resource: str) -> frozenset[Key]:
+        """The live keys of every other resource than `resource`: a copy of those alone, empty at
+        no cost on a node where no other resource holds rows."""
+        with self._lock:
+            others = [keys for name, keys in self._by_resource.items() if name != resource]
+            return frozenset().union(*others) if others else frozenset()
 
     def release_pod(self, pod_uid: str, reason: str) -> int:
         """Mark every live allocation of the pod released; returns how many."""
         with self._lock:
-            keys = [key for key in self._live if key[0] == pod_uid]
+            keys = list(self._by_pod.get(pod_uid, ()))
             if not keys:
                 return 0  # the common case for pod events: nothing to write
             with self._transaction() as db:
@@ -595,9 +643,8 @@ class Ledger:
                 )
                 released = cursor.rowcount
             for key in keys:
-                devices = self._live.pop(key)
-                if self._by_devices.get((key[2], devices)) == key:
-                    del self._by_devices[(key[2], devices)]
+                self._forget(key)
+            self.holding.vacated += 1
         if released:
             log.info("ledger released", pod_uid=pod_uid, containers=released, reason=reason)
         return released
@@ -662,10 +709,36 @@ class Ledger:
                 (self._clock(), hold_pods_through, limit),
             ).fetchall()
             rows = [row for row in rows if row[0] not in self._sent]
+        if rows:
+            self._sync()  # what a patch tells the API server is on disk before it goes
         return [
             OutboxEntry(id, _patch(target, namespace, name, patch), attempts)
             for id, target, namespace, name, patch, attempts in rows
         ]
+
+    def _sync(self) -> None:
+        """Make every commit so far durable: fsync the write-ahead log, where a commit at
+        synchronous=NORMAL waits in the page cache (a checkpoint syncs what it moves). Without the
+        ledger's lock: an Allocate recording meanwhile does not wait for the disk."""
+        if SYNCHRONOUS == "FULL":
+            return  # every commit was synced
+        wal = f"{self.path}-wal"
+        try:
+            fd = os.open(wal, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # no log: every commit is in the database file, synced by its checkpoint
+        except OSError as err:
+            self._sync_failed(err)
+        try:
+            os.fsync(fd)
+        except OSError as err:
+            self._sync_failed(err)
+        finally:
+            os.close(fd)
+
+    def _sync_failed(self, err: OSError) -> NoReturn:
+        with self._lock, self._disk():
+            raise StorageError(IO_ERROR, f"ledger {self.path}: the write-ahead log cannot be synced: {err}")
 
     def more_due_than(self, limit: int, hold_pods_through: int = 0) -> bool:
         """Whether over `limit` entries are due (pod entries up to `hold_pods_through` held back)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import re
@@ -498,3 +499,56 @@ def test_a_new_ledger_logs_its_schema_and_a_replaced_one_where_the_old_went(
     message, fields = lines[1]
     assert message == "ledger unusable: moved aside, a new one is started"
     assert fields["moved_to"] == str(replaced) and "file is not a database" in fields["error"]
+
+
+def test_the_live_view_and_its_indexes_agree_with_a_fresh_ledger_through_every_change(
+    tmp_path: Path,
+) -> None:
+    """What Allocate and release read in memory (`holding`, `served_except`, a pod's rows, rows by
+    device IDs) is kept as rows change, not rebuilt: after each change it must say what a ledger
+    opened afresh on the same file says, and `vacated` counts each time keys left."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    memory, number = "volcano.sh/gpu-memory", "volcano.sh/vgpu-number"
+
+    def on(uid: str, container: str, resource: str, ids: tuple[str, ...]) -> Allocation:
+        return dataclasses.replace(allocation(uid, container, ids), resource=resource)
+
+    def agrees() -> None:
+        fresh = Ledger(path)
+        try:
+            keys = fresh.served()
+            assert ledger.served() == keys
+            probes = keys | {
+                (u, c, r) for u in ("a", "b", "c") for c in ("main", "side") for r in (memory, number)
+            }
+            assert {key for key in probes if key in ledger.holding} == keys
+            for resource in (memory, number):
+                assert ledger.served_except(resource) == {key for key in keys if key[2] != resource}
+            for row in fresh.active():
+                assert ledger.find_by_devices(row.resource, row.device_ids) == row
+            assert ledger.live_count() == fresh.live_count()
+        finally:
+            fresh.close()
+
+    ledger.record(on("a", "main", memory, ("0-1",)))
+    ledger.record(on("a", "side", number, ("GPU-0",)))
+    ledger.record(on("b", "main", memory, ("0-2",)))
+    agrees()
+    assert ledger.holding.vacated == 0
+    assert ledger.release_pod("a", "pod deleted") == 2
+    agrees()
+    assert ledger.holding.vacated == 1
+    assert ledger.release_pod("a", "again: nothing left") == 0
+    assert ledger.holding.vacated == 1
+    ledger.record(on("a", "main", memory, ("0-3",)))  # the UID served again after its release
+    agrees()
+    ledger.reassign([Move(("b", "main", memory), "c", "ml", "pod-c", "main")])
+    agrees()
+    assert ledger.holding.vacated == 2
+    ledger.close()
+    ledger = Ledger(path)  # a restart reads the same set back
+    agrees()
+    assert ledger.release_pod("c", "pod deleted") == 1
+    agrees()
+    assert ledger.served() == {("a", "main", memory)}

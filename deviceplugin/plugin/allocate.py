@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol
@@ -33,7 +33,16 @@ from deviceplugin.ledgerfiles import CORRUPT, DISK_FULL, StorageError
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.identify import Identifier
-from deviceplugin.plugin.pending import ContainerNeed, Obj, P, PendingPod, PendingPods, finished, pod_identity
+from deviceplugin.plugin.pending import (
+    Adding,
+    ContainerNeed,
+    Obj,
+    P,
+    PendingPod,
+    PendingPods,
+    finished,
+    pod_identity,
+)
 from deviceplugin.plugin.podresources import Listing, listable
 from deviceplugin.plugin.swaps import (
     apply_moves,
@@ -183,7 +192,7 @@ class AccountingAllocator:
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where one container goes: the candidate pod, its container's need and the GPUs it gets.
-    (`served`, elsewhere, is the ledger's set of (pod UID, container, resource) keys.)"""
+    (`served`, elsewhere, holds the ledger's live (pod UID, container, resource) keys.)"""
 
     pod: PendingPod
     need: ContainerNeed
@@ -236,13 +245,16 @@ class PodAllocator(Generic[P]):
         self.timeout_s = timeout_s
         self.stats = stats or AllocationStats()
         self.on_outbox = on_outbox  # patches were queued: the outbox worker can send them now
-        self.pending: PendingPods[P] = PendingPods(self._read_pod, pods.rejections)
+        self.pending: PendingPods[P] = PendingPods(self._read_pod, pods.rejections, ledger.holding)
         self.pending.follow(pods)
         self.identifier = Identifier(self.resource, pod_resources, self.stats.resolved)
         # Rows kubelet's records have yet to confirm: those recorded when the pod could not be told
         # apart from another, and every later one while any is left (the next pod asking the same
         # count may be the one the first was taken for). Rows from before a restart are checked once.
-        self._unverified = frozenset(key for key in ledger.served() if key[2] == self.resource)
+        # Kept as rows are recorded; keys of released rows leave when `unverified` or `reconcile`
+        # next looks (until then a row recorded is checked once more than it needs).
+        self._unverified = {key for key in ledger.served() if key[2] == self.resource}
+        self._unverified_lock = threading.Lock()  # the release loop reads it without `_lock`
         self._by_index = {gpu.index: gpu for gpu in devices.gpus}
         self._lock = threading.Lock()  # one resolution at a time: no pod is served twice
 
@@ -261,7 +273,7 @@ class PodAllocator(Generic[P]):
     def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
         raise NotImplementedError
 
-    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
+    def _patches(self, placement: Placement, done: Container[Key]) -> list[Patch]:
         """Patches to queue with the allocation; `done`: the ledger's keys, this container's included."""
         raise NotImplementedError
 
@@ -291,7 +303,7 @@ class PodAllocator(Generic[P]):
         return Patch("node", "", self.node_name, {self.lock_key: None})
 
     def _resolve(
-        self, units: int, served: frozenset[Key], deadline: float
+        self, units: int, served: Container[Key], deadline: float
     ) -> tuple[P, ContainerNeed, bool] | None:
         """The pod and container this request is for, and whether it was the only candidate or
         kubelet's records told it; None while no pod asks for it and the deadline is ahead (the
@@ -319,12 +331,12 @@ class PodAllocator(Generic[P]):
         Allocates of pods already cached are served meanwhile."""
         with self.stats.waiting_for(self.resource):
             self.pods.wait_until(
-                lambda _: self.pending.first(self.ledger.served(), units) is not None,
+                lambda _: self.pending.first(self.ledger.holding, units) is not None,
                 max(0.0, deadline - time.monotonic()),
             )
 
     def _reusing(
-        self, row: Allocation, served: frozenset[Key], units: int
+        self, row: Allocation, served: Container[Key], units: int
     ) -> tuple[P, ContainerNeed, bool] | None:
         """The pod's next container when `row` is a run-to-completion init container's: kubelet
         hands its devices to the pod's later containers first, so one asking as many sends the
@@ -338,7 +350,7 @@ class PodAllocator(Generic[P]):
         return None
 
     def _identify(
-        self, units: int, served: frozenset[Key], deadline: float, *, keep: bool
+        self, units: int, served: Container[Key], deadline: float, *, keep: bool
     ) -> tuple[P, ContainerNeed, bool] | None:
         """The candidate kubelet is admitting among those asking `units` (`identify`): kubelet
         admits in the order the daemon ranks pods but for the odd refused pod or batch, so the
@@ -349,7 +361,7 @@ class PodAllocator(Generic[P]):
         distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need in window}) > 1
         (pod, need), sure = self.identifier.pick(
             window,
-            served,
+            self.ledger.served_except(self.resource),  # a container served for another resource
             deadline,
             distinct=distinct,
             keep=keep,
@@ -425,12 +437,12 @@ class PodAllocator(Generic[P]):
     ) -> tuple[pb.ContainerAllocateResponse, str] | None:
         """The answer and its outcome; None when no pod asks for the IDs yet (see `_resolve`)."""
         with self._lock:
-            served_keys = self.ledger.served()  # unchanged while the lock is held
+            served = self.ledger.holding  # live: a row released meanwhile is a pod's that is gone
             repeat = self.ledger.find_by_devices(self.resource, device_ids)
-            reuse = None if repeat is None else self._reusing(repeat, served_keys, len(device_ids))
+            reuse = None if repeat is None else self._reusing(repeat, served, len(device_ids))
             if repeat is not None and reuse is None:
                 return pb.ContainerAllocateResponse.FromString(repeat.response), "repeat"
-            found = reuse or self._resolve(len(device_ids), served_keys, deadline)
+            found = reuse or self._resolve(len(device_ids), served, deadline)
             if found is None:
                 return None
             pod, need, sure = found
@@ -441,7 +453,8 @@ class PodAllocator(Generic[P]):
                 raise
             response = self._response(placement)
             self._prepare(placement)
-            done = served_keys | {(pod.uid, need.name, self.resource)}
+            key = (pod.uid, need.name, self.resource)
+            done = Adding(served, key)
             complete = pod.containers_left(done) == 0
             patches = self._patches(placement, done)
             shares = self._shares(placement)  # none: an answer that only lets kubelet account
@@ -461,8 +474,11 @@ class PodAllocator(Generic[P]):
                 )
             except StorageError as err:
                 raise unstored(err, f"pod {pod.display} container {need.name!r}", pod) from err
-            if not sure or self._unverified:  # keys of released rows go: without `List` none is confirmed
-                self._unverified = (self._unverified & served_keys) | {(pod.uid, need.name, self.resource)}
+            if complete:
+                self.pending.settle(pod.uid)
+            if not sure or self._unverified:
+                with self._unverified_lock:
+                    self._unverified.add(key)
         if patches:
             self.on_outbox()
         self._note_mismatch(placement, kubelet_gpus)
@@ -495,7 +511,7 @@ class PodAllocator(Generic[P]):
         wanted: tuple[str, ...] = ()
         with self._lock:
             deadline = time.monotonic() + self.timeout_s
-            found = self._identify(request.allocation_size, self.ledger.served(), deadline, keep=True)
+            found = self._identify(request.allocation_size, self.ledger.holding, deadline, keep=True)
         if found:
             pod, need, _ = found
             with contextlib.suppress(AllocateError):  # Allocate will report it
@@ -507,9 +523,11 @@ class PodAllocator(Generic[P]):
     # --- detection and correction ---------------------------------------------------------------
 
     def unverified(self) -> frozenset[Key]:
-        """Rows that may be held by another container than the ledger says (lock-free: the
+        """Rows that may be held by another container than the ledger says (without `_lock`: the
         release loop asks from the pod cache's thread, which an Allocate may be waiting on)."""
-        return self._unverified
+        with self._unverified_lock:
+            self._unverified = {key for key in self._unverified if key in self.ledger.holding}
+            return frozenset(self._unverified)
 
     def _awaited(self, listing: Listing, pods: Iterable[Obj]) -> bool:
         """Kubelet lists a container that asks for the resource and holds none of it yet: an
@@ -535,31 +553,38 @@ class PodAllocator(Generic[P]):
         pod whose container got another pod's placement gets an Event and is counted. Returns the
         rows moved."""
         with self._lock:
-            if not self._unverified:
+            with self._unverified_lock:
+                unverified = set(self._unverified)
+            if not unverified:
                 return 0
             rows = self.ledger.active()
             mine = {(r.pod_uid, r.container, r.resource): r for r in rows if r.resource == self.resource}
             pods = {objects.uid(pod): pod for pod in self.pods.pods()}
             uids = {pod_identity(pod)[1:3]: uid for uid, pod in pods.items()}
             plan = plan_moves(
-                (mine[key] for key in self._unverified if key in mine),
+                (mine[key] for key in unverified if key in mine),
                 mine.keys(),
                 listing,
                 lambda namespace, name: uids.get((namespace, name)),
                 lambda uid: _finished(pods.get(uid)),
                 settled=lambda: not self._awaited(listing, pods.values()),
             )
-            self._unverified = frozenset(
+            unverified = {
                 key
-                for key in self._unverified
+                for key in unverified
                 if key in mine and key not in plan.confirmed and listable(pods.get(key[0]) or {}, key[1])
-            )
+            }
+            if plan.moves:
+                after = apply_moves(rows, plan.moves)
+                patches = correction_patches(after, plan.moves, pods, self._booking)
+                self.ledger.reassign(plan.moves, patches)
+                unverified -= {key for move in plan.moves for key in (move.key, move.new_key)}
+                for move in plan.moves:  # the pod a row went to may hold every container now
+                    self.pending.settle(move.pod_uid)
+            with self._unverified_lock:  # rows recorded meanwhile: none, the lock is held
+                self._unverified = unverified
             if not plan.moves:
                 return 0
-            after = apply_moves(rows, plan.moves)
-            patches = correction_patches(after, plan.moves, pods, self._booking)
-            self.ledger.reassign(plan.moves, patches)
-            self._unverified -= {key for move in plan.moves for key in (move.key, move.new_key)}
         if patches:
             self.on_outbox()
         for move, row in replaced(rows, plan.moves):

@@ -6,7 +6,7 @@ order and marked `volcano.sh/gpu-assigned: "true"` once every GPU container is s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -168,7 +168,7 @@ class GpushareAllocator(PodAllocator[GpusharePod]):
             return (GpuShare(gpu.uuid, gpu.index, self.devices.layout.mib(placement.need.units)),)
         return tuple(GpuShare(gpu.uuid, gpu.index, gpu.memory_mib, 100) for gpu in placement.gpus)
 
-    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
+    def _patches(self, placement: Placement, done: Container[Key]) -> list[Patch]:
         pod = placement.pod
         if pod.containers_left(done):
             return []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import operator
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -37,7 +37,7 @@ from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.fit.quantity import whole_quantity
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.kube.rejections import Rejections
-from deviceplugin.ledger import Key
+from deviceplugin.ledger import NOTHING, Holding, Key
 
 Obj = Mapping[str, object]
 
@@ -65,14 +65,25 @@ class PendingPod:
     def display(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def next_need(self, served: frozenset[Key]) -> ContainerNeed | None:
+    def next_need(self, served: Container[Key]) -> ContainerNeed | None:
         for need, key in zip(self.needs, self.need_keys, strict=True):
             if key not in served:
                 return need
         return None
 
-    def containers_left(self, served: frozenset[Key]) -> int:
+    def containers_left(self, served: Container[Key]) -> int:
         return sum(1 for key in self.need_keys if key not in served)
+
+
+@dataclass(frozen=True, slots=True)
+class Adding:
+    """The ledger's keys (`served`) and the one being recorded, without copying them."""
+
+    served: Container[Key]
+    key: Key
+
+    def __contains__(self, key: object) -> bool:
+        return key == self.key or key in self.served
 
 
 def finished(pod: Obj) -> bool:
@@ -181,14 +192,25 @@ KEY = operator.attrgetter("key")
 
 class PendingPods(Generic[P]):
     """The pods that may still need the resource, in serving order, kept from the pod cache's
-    events: resolution walks only the candidates, from the earliest, instead of every pod."""
+    events: resolution walks only the candidates, from the earliest, instead of every pod.
 
-    def __init__(self, parse: Callable[[Obj], P | None], rejections: Rejections) -> None:
+    A pod the ledger (`served`, its live view) holds every container of is set aside: from when
+    its last container is recorded (`settle`), not from when the scheduler's mark of it comes
+    back through the watch, so the pods served meanwhile cost resolution nothing. It comes back
+    when rows leave the ledger (`Holding.vacated`: released, or moved to another container) and
+    one of its containers is no longer held."""
+
+    def __init__(
+        self, parse: Callable[[Obj], P | None], rejections: Rejections, served: Holding = NOTHING
+    ) -> None:
         self._read = parse  # None: not a candidate (served, finished, asks for nothing here)
         self._rejections = rejections
+        self._served = served
         self._lock = threading.Lock()
         self._by_uid: dict[str, Entry[P]] = {}
         self._ordered: list[Entry[P]] = []  # the values of _by_uid, sorted by key
+        self._settled: dict[str, Entry[P]] = {}  # UID -> a candidate whose containers are all held
+        self._vacated = served.vacated  # `served.vacated` when `_settled` was last checked
         self._arrival: dict[str, int] = {}  # UID -> arrival group, for every pod on the node
         self._group = 0
         self._listing = True  # the last new pod came from a list, not a watch event
@@ -233,23 +255,60 @@ class PendingPods(Generic[P]):
 
     def _update(self, uid: str, parsed: P | None, pod: Obj, *, listed: bool | None) -> None:
         """`listed`: the pod came in a list (True) or a watch event (False); None: it is gone."""
-        old = self._by_uid.pop(uid, None)
-        if old is not None:
-            del self._ordered[bisect.bisect_left(self._ordered, old.key, key=KEY)]
+        self._remove(uid)
+        self._settled.pop(uid, None)
         if listed is None:
             self._arrival.pop(uid, None)
             return
         group = self._arrived(uid, listed)  # every pod, so one that turns into a candidate keeps it
         if parsed is not None:
             entry = Entry((group, pod_identity(pod)[3]), parsed)
-            self._by_uid[uid] = entry
-            bisect.insort(self._ordered, entry, key=KEY)
+            if parsed.containers_left(self._served):
+                self._insert(entry)
+            else:
+                self._settled[uid] = entry
 
-    def matching(self, served: frozenset[Key], units: int, limit: int | None = None) -> list[Match[P]]:
+    def _insert(self, entry: Entry[P]) -> None:
+        self._by_uid[entry.pod.uid] = entry
+        bisect.insort(self._ordered, entry, key=KEY)
+
+    def _remove(self, uid: str) -> Entry[P] | None:
+        entry = self._by_uid.pop(uid, None)
+        if entry is not None:
+            del self._ordered[bisect.bisect_left(self._ordered, entry.key, key=KEY)]
+        return entry
+
+    def __len__(self) -> int:
+        """The candidates resolution walks (pods set aside are not)."""
+        with self._lock:
+            self._unsettle()
+            return len(self._ordered)
+
+    def settle(self, uid: str) -> None:
+        """The ledger recorded a container of the pod: set it aside if it holds every one now."""
+        with self._lock:
+            entry = self._by_uid.get(uid)
+            if entry is not None and not entry.pod.containers_left(self._served):
+                self._settled[uid] = entry
+                self._remove(uid)
+
+    def _unsettle(self) -> None:
+        """Back among the candidates: the pods set aside that lost a row since the last look."""
+        vacated = self._served.vacated  # read first: rows leaving during the walk are seen next time
+        if vacated == self._vacated:
+            return
+        self._vacated = vacated
+        for uid, entry in list(self._settled.items()):
+            if entry.pod.containers_left(self._served):
+                del self._settled[uid]
+                self._insert(entry)
+
+    def matching(self, served: Container[Key], units: int, limit: int | None = None) -> list[Match[P]]:
         """The candidates (the earliest `limit`, or all) whose next container for the resource
         asks for `units`, earliest first."""
         found: list[Match[P]] = []
         with self._lock:
+            self._unsettle()
             for entry in self._ordered:
                 need = entry.pod.next_need(served)
                 if need is not None and need.units == units:
@@ -258,9 +317,10 @@ class PendingPods(Generic[P]):
                         break
         return found
 
-    def first(self, served: frozenset[Key], units: int) -> Match[P] | None:
+    def first(self, served: Container[Key], units: int) -> Match[P] | None:
         """The earliest candidate whose next container for the resource asks for `units`."""
         with self._lock:
+            self._unsettle()
             for entry in self._ordered:
                 need = entry.pod.next_need(served)
                 if need is not None and need.units == units:

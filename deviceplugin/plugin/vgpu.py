@@ -20,7 +20,7 @@ finished or terminating pod is never a candidate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,7 @@ class VgpuPod(PendingPod):
     settled: bool = False  # bind-phase success: only accounting needs are left
     uncontrolled: frozenset[str] = frozenset()  # containers that set CUDA_DISABLE_CONTROL
 
-    def next_need(self, served: frozenset[Key]) -> ContainerNeed | None:
+    def next_need(self, served: Container[Key]) -> ContainerNeed | None:
         """After `bind-phase: success` an accounting need is matched only when this node served
         the container's slot: a pod settled by another plugin (or before a lost ledger) must not
         answer a later pod's `vgpu-memory` request with an empty response."""
@@ -392,7 +392,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             for gpu, device in zip(placement.gpus, devices, strict=True)
         )
 
-    def _patches(self, placement: Placement, done: frozenset[Key]) -> list[Patch]:
+    def _patches(self, placement: Placement, done: Container[Key]) -> list[Patch]:
         pod = placement.pod
         assert isinstance(pod, VgpuPod)
         if (pod.uid, placement.need.name, self.resource) not in pod.slot_keys:
