@@ -44,12 +44,12 @@ def limits_for(config: ExtenderConfig) -> Limits:
     )
 
 
-def _json(status: int, body: object) -> Response:
+def json_response(status: int, body: object) -> Response:
     return Response(status, json.dumps(body, separators=(",", ":")).encode(), "application/json")
 
 
-def _error(status: int, message: str) -> Response:
-    return _json(status, {"Error": message})
+def error_response(status: int, message: str) -> Response:
+    return json_response(status, {"Error": message})
 
 
 class ExtenderHandler:
@@ -64,13 +64,15 @@ class ExtenderHandler:
         if request.method == "GET":
             return self._get(verb, request.target)
         if request.method != "POST":
-            return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.method} is not served; GET or POST")
+            return error_response(
+                HTTPStatus.METHOD_NOT_ALLOWED, f"{request.method} is not served; GET or POST"
+            )
         if verb not in VERBS:
-            return _error(
+            return error_response(
                 HTTPStatus.NOT_FOUND, f"no such endpoint {request.target}; try /filter, /prioritize, /bind"
             )
         try:
-            body = _body(request.body)
+            body = request_body(request.body)
             if verb == "filter":
                 reply: object = self.service.filter(parse_extender_args(body))
             elif verb == "prioritize":
@@ -78,27 +80,27 @@ class ExtenderHandler:
             else:
                 reply = self.service.bind(parse_binding_args(body))
         except BadRequest as err:
-            return _error(HTTPStatus.BAD_REQUEST, f"{verb}: {err}")
+            return error_response(HTTPStatus.BAD_REQUEST, f"{verb}: {err}")
         except Exception as err:  # a bug must answer, not hang the scheduler
             log.error("request failed", verb=verb, error=repr(err))
-            return _error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{verb}: internal error: {err!r}")
-        return _json(HTTPStatus.OK, reply)
+            return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"{verb}: internal error: {err!r}")
+        return json_response(HTTPStatus.OK, reply)
 
     def _get(self, verb: str, target: str) -> Response:
         if verb in ("healthz", "livez"):
-            return _json(HTTPStatus.OK, "ok")
+            return json_response(HTTPStatus.OK, "ok")
         if verb == "readyz":
             problems = self.service.readiness()
             status = HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
-            return _json(status, "; ".join(problems) or "ok")
+            return json_response(status, "; ".join(problems) or "ok")
         if verb == "metrics":
             return Response(HTTPStatus.OK, generate_latest(self.registry), CONTENT_TYPE_LATEST)
         if verb in VERBS:
-            return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"{verb} takes POST")
-        return _error(HTTPStatus.NOT_FOUND, f"no such endpoint {target}")
+            return error_response(HTTPStatus.METHOD_NOT_ALLOWED, f"{verb} takes POST")
+        return error_response(HTTPStatus.NOT_FOUND, f"no such endpoint {target}")
 
 
-def _body(data: bytes) -> object:
+def request_body(data: bytes) -> object:
     if not data.strip():
         raise BadRequest("the request body is empty; it must be a JSON object")
     try:
@@ -129,7 +131,7 @@ class ExtenderHttpServer:
             handler,
             limits or limits_for(service.config),
             name="extender-http",
-            errors=_error,
+            errors=error_response,
             stats=stats,
         )
 

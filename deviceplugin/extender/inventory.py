@@ -21,6 +21,7 @@ reported once to its cache's `Rejections` (a log line and a count on `/metrics`)
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.families import Family, family_of
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import is_volcano_compat
+from deviceplugin.fit.policy import Policy
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
 
@@ -118,6 +120,8 @@ class NodeView:
     pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
     assumed: set[str] = field(default_factory=set)  # booked by a bind, not yet seen bound by the watch
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
+    # The family's `quick_cards` for the generation and schedule policy they were built for.
+    quick: tuple[int, Policy, Sequence[GpuState] | None] | None = None
 
 
 class Inventory:
@@ -144,6 +148,11 @@ class Inventory:
 
     def view(self, name: str) -> NodeView | None:
         return self._views.get(name)
+
+    @property
+    def views(self) -> Mapping[str, NodeView]:
+        """Every view by node name, for readers looking up thousands per request (read-only)."""
+        return self._views
 
     def node_names(self) -> list[str]:
         with self._lock:

@@ -6,6 +6,11 @@ keeps its results (per pod, per node, with the node's generation) so the priorit
 follows reuses them instead of fitting every node again; a node that changed in between is fitted
 afresh.
 
+With thousands of nodes per request, each node is first given to the family's quick fit
+(`Family.quick`: the same decision and score without building a result or a message, on the
+node's cards as `Family.quick_cards` orders them, rebuilt once per node change); only the nodes it
+cannot decide, and those where the pod does not fit (the scheduler is told why), get the full fit.
+
 Bind fits the pod again on its node, against the current usage plus the pods other binds have
 assumed, and assumes it before the API call, all under the node's lock: two binds to one node
 never both get the same memory. A failed API call takes the assumption back.
@@ -32,6 +37,7 @@ from deviceplugin.extender.protocol import (
 from deviceplugin.fit import FitInputError, FitResult, node_score, pod_strategy
 from deviceplugin.fit.family import PodRequest
 from deviceplugin.fit.model import is_volcano_compat
+from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
 from deviceplugin.logs import get_log
 
@@ -76,7 +82,8 @@ class ExtenderService:
         self._binder = binder
         self.readiness = readiness  # why it cannot decide now (empty when it can): for /readyz
         self._lock = threading.Lock()
-        self._fits: OrderedDict[str, dict[str, tuple[int, FitResult]]] = OrderedDict()
+        # Per pod, per node: (the node's generation, the host score) filter found.
+        self._fits: OrderedDict[str, dict[str, tuple[int, int]]] = OrderedDict()
         self._seen: OrderedDict[str, Obj] = OrderedDict()
 
     # --- pod requests and fits ----------------------------------------------------------------
@@ -95,6 +102,22 @@ class ExtenderService:
         return self.inventory.family.fit(
             view.gpus, pod, request, policy=config.policy, compat=config.compat, config=view.config
         )
+
+    def _quick_fit(
+        self, view: NodeView, request: PodRequest, policy: Policy
+    ) -> tuple[int, float, int] | None:
+        """(the node's generation, score, devices) when the family's quick fit finds the pod fits on
+        `view`; None when the full fit must decide (it does not fit, or quick cannot tell)."""
+        family = self.inventory.family
+        with view.lock:
+            generation, cached = view.generation, view.quick
+            if cached is None or cached[0] != generation or cached[1] is not policy:
+                unusable = self._unusable(view.name, view)
+                cards = None if unusable else family.quick_cards(view.gpus, policy, self.config.compat)
+                view.quick = cached = (generation, policy, cards)
+            cards = cached[2]
+            fit = None if cards is None else family.quick(cards, request, policy)
+        return None if fit is None else (generation, *fit)
 
     def _unusable(self, name: str, view: NodeView | None) -> str:
         """Why a node cannot take any pod of this strategy, or "" when it can be fitted."""
@@ -138,10 +161,18 @@ class ExtenderService:
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        fits: dict[str, tuple[int, FitResult]] = {}
-        inventory = self.inventory
+        fits: dict[str, tuple[int, int]] = {}
+        views = self.inventory.views
+        policy = self._policy()
+        host_score = _HostScores(self)
         for name in args.node_names:
-            view = inventory.view(name)
+            view = views.get(name)
+            if view is not None and request.quick:
+                quick = self._quick_fit(view, request, policy)
+                if quick is not None:
+                    fits[name] = (quick[0], host_score(quick[1], quick[2]))
+                    passed.append(name)
+                    continue
             why = self._unusable(name, view)
             if why or view is None:
                 unresolvable[name] = why
@@ -151,7 +182,7 @@ class ExtenderService:
                     result = self._fit(view, pod, request)
                 except FitInputError as err:
                     result = FitResult(ok=False, reason=str(err))
-                fits[name] = (view.generation, result)
+                fits[name] = (view.generation, self.host_score(result))
             if result.ok:
                 passed.append(name)
             else:
@@ -172,12 +203,16 @@ class ExtenderService:
         weight with Volcano's node-score rounding (0 when weight <= 0), capped at 10."""
         if not result.ok:
             return 0
-        devices = sum(len(container) for container in result.devices)
-        per_device = (
-            result.score / devices if self.inventory.family.scores_per_device and devices else result.score
-        )
-        score = node_score(per_device / 10.0, self.config.weight)
-        return int(min(max(score, 0.0), float(MAX_EXTENDER_PRIORITY)))
+        return self.devices_score(result.score, sum(len(container) for container in result.devices))
+
+    def devices_score(self, score: float, devices: int) -> int:
+        """`host_score` of a fit that scored `score` on `devices` devices."""
+        per_device = score / devices if self.inventory.family.scores_per_device and devices else score
+        value = node_score(per_device / 10.0, self.config.weight)
+        return int(min(max(value, 0.0), float(MAX_EXTENDER_PRIORITY)))
+
+    def _policy(self) -> Policy:
+        return policy_of(self.config.policy, is_volcano_compat(self.config.compat))
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         pod = args.pod
@@ -193,12 +228,20 @@ class ExtenderService:
             cached = self._fits.get(_pod_key(pod), {})
         scores: list[tuple[str, int]] = []
         score_of = self.host_score
+        views = self.inventory.views
+        policy = self._policy()
+        host_score = _HostScores(self)
         for name in args.node_names:
-            view = self.inventory.view(name)
+            view = views.get(name)
             entry = cached.get(name)
             if view is not None and entry is not None and entry[0] == view.generation:
-                scores.append((name, score_of(entry[1])))  # filter's fit, and the node is unchanged
+                scores.append((name, entry[1]))  # filter's fit, and the node is unchanged
                 continue
+            if view is not None and request.quick:
+                quick = self._quick_fit(view, request, policy)
+                if quick is not None:
+                    scores.append((name, host_score(quick[1], quick[2])))
+                    continue
             if self._unusable(name, view) or view is None:
                 scores.append((name, 0))
                 continue
@@ -299,6 +342,21 @@ class ExtenderService:
         if view is not None:
             with view.lock:
                 self.inventory.forget(view, pod_uid(pod))
+
+
+class _HostScores:
+    """`ExtenderService.devices_score` for one request's nodes, remembered: many score alike."""
+
+    def __init__(self, service: ExtenderService) -> None:
+        self._service = service
+        self._known: dict[tuple[float, int], int] = {}
+
+    def __call__(self, score: float, devices: int) -> int:
+        key = (score, devices)
+        host = self._known.get(key)
+        if host is None:
+            host = self._known[key] = self._service.devices_score(score, devices)
+        return host
 
 
 def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:
