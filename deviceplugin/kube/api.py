@@ -2,7 +2,12 @@
 
 Every call passes `_preload_content=False` and parses the reply itself: callers get objects as the
 API serves them (camelCase JSON, what `deviceplugin.fit` reads) and no time is spent building the
-client's model classes. Errors surface as `ApiError` with a classification the retry logic uses.
+client's model classes. PATCHes skip CoreV1Api: the outbox sends one per pod, and the generated
+method's argument validation and serialisation cost a fifth of the request's CPU (bench/outbox.py
+--profile). They go out as they are through the ApiClient's connection pool (its TLS, proxy and
+timeouts) with the headers and token it would send, and return nothing: no caller reads the object
+the server answers with, and parsing it (a node's JSON runs to tens of KB) would be CPU for nothing.
+Errors surface as `ApiError` with a classification the retry logic uses.
 The API calls this project makes are all here, which keeps the RBAC rules checkable.
 """
 
@@ -12,6 +17,7 @@ import contextlib
 import json
 import socket
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -66,15 +72,20 @@ class ConfigError(Exception):
     """No usable Kubernetes client configuration."""
 
 
+def _from_answer(status: int, reason: str, body: str) -> ApiError:
+    """An error answer: the reason and message of its Status body, else the HTTP reason and body."""
+    message = body
+    try:
+        answer = json.loads(body)
+        reason, message = answer.get("reason") or reason, answer.get("message") or message
+    except (ValueError, AttributeError):
+        pass
+    return ApiError(status, reason, message)
+
+
 def _from_exception(err: Exception) -> ApiError:
     if isinstance(err, kubernetes.client.ApiException):
-        reason, message = err.reason or "", str(err.body or "")
-        try:
-            status = json.loads(err.body or "")
-            reason, message = status.get("reason") or reason, status.get("message") or message
-        except (ValueError, AttributeError):
-            pass
-        return ApiError(err.status or 0, reason, message)
+        return _from_answer(err.status or 0, err.reason or "", str(err.body or ""))
     return ApiError(0, type(err).__name__, str(err))
 
 
@@ -124,6 +135,7 @@ class Kube:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
         self.timeout = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+        self._patch_timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
 
     def _json(
@@ -139,10 +151,37 @@ class Kube:
         return result
 
     def _failed(self, call: str, err: Exception, expected: frozenset[int] = frozenset()) -> ApiError:
-        error = _from_exception(err)
+        return self._counted(call, _from_exception(err), expected)
+
+    def _counted(self, call: str, error: ApiError, expected: frozenset[int]) -> ApiError:
         if error.status not in expected:
             self.errors[(call, error.status)] += 1
         return error
+
+    def _patch(
+        self, call: str, path: str, body: Any, content_type: str, expected: frozenset[int] = frozenset()
+    ) -> None:
+        """PATCH `body` to `path` (under the API root) with the headers and token CoreV1Api would
+        send, through the pool its REST client sends with (as `call_api` does, less the per-call
+        content-type matching); errors as `_json` raises them, counted as `call`."""
+        client = self.core.api_client
+        headers = {**client.default_headers, "Accept": "application/json", "Content-Type": content_type}
+        if client.cookie:
+            headers["Cookie"] = client.cookie
+        client.update_params_for_auth(headers, None, ["BearerToken"], path, "PATCH", body)
+        try:
+            response = client.rest_client.pool_manager.request(
+                "PATCH",
+                client.configuration.host + path,
+                body=json.dumps(body).encode(),
+                headers=headers,
+                timeout=self._patch_timeout,
+            )
+        except _CLIENT_ERRORS as err:
+            raise self._failed(call, err, expected) from None
+        if not 200 <= response.status <= 299:
+            answer = response.data.decode("utf-8", "replace")
+            raise self._counted(call, _from_answer(response.status, response.reason or "", answer), expected)
 
     def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
         """Pods matching the selector, and the list's resourceVersion to watch from."""
@@ -202,8 +241,8 @@ class Kube:
         """Every node (read-only; `deviceplugin inspect`)."""
         return list(self._json(self.core.list_node).get("items") or [])
 
-    def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
-        return self._json(self.core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        self._patch("patch_node", _node_path(name), dict(patch), MERGE_PATCH)
 
     def remove_node_annotation(self, name: str, key: str) -> bool:
         """Remove one annotation; False when it was already absent. A JSON patch, so an absent key
@@ -211,12 +250,8 @@ class Kube:
         that answer is not an error (nor counted as one)."""
         pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
         try:
-            self._json(
-                self.core.patch_node,
-                name,
-                [{"op": "remove", "path": pointer}],
-                _content_type=JSON_PATCH,
-                expected=ABSENT,
+            self._patch(
+                "patch_node", _node_path(name), [{"op": "remove", "path": pointer}], JSON_PATCH, ABSENT
             )
         except ApiError as err:
             if err.status not in ABSENT:
@@ -224,8 +259,8 @@ class Kube:
             return False
         return True
 
-    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> Obj:
-        return self._json(self.core.patch_node_status, name, dict(patch), _content_type=MERGE_PATCH)
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        self._patch("patch_node_status", _node_path(name) + "/status", dict(patch), MERGE_PATCH)
 
     def get_pod(self, namespace: str, name: str) -> Obj:
         return self._json(self.core.read_namespaced_pod, name, namespace)
@@ -236,18 +271,26 @@ class Kube:
         name: str,
         annotations: Mapping[str, str | None],
         resource_version: str | None = None,
-    ) -> Obj:
+    ) -> None:
         """Merge `annotations` into the pod (None removes a key). With `resource_version` the write
         only lands on that version of the pod (409 otherwise): for writes whose order matters."""
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
-        return self._json(
-            self.core.patch_namespaced_pod, name, namespace, {"metadata": metadata}, _content_type=MERGE_PATCH
-        )
+        path = f"/api/v1/namespaces/{_quoted(namespace)}/pods/{_quoted(name)}"
+        self._patch("patch_namespaced_pod", path, {"metadata": metadata}, MERGE_PATCH)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:
         return self._json(self.core.create_namespaced_event, namespace, dict(event))
+
+
+def _quoted(segment: str) -> str:
+    """A name as one path segment (as the client quotes path parameters)."""
+    return urllib.parse.quote(segment, safe="")
+
+
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{_quoted(name)}"
 
 
 class WatchStream:
