@@ -17,11 +17,13 @@ from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.http import ExtenderHttpServer
 from deviceplugin.extender.inventory import Inventory
 from deviceplugin.extender.service import ExtenderService
+from deviceplugin.extender.slim import extender_node, extender_pod
 from deviceplugin.httpserver import HttpCollector
 from deviceplugin.kube.api import Kube, Obj, load_client
 from deviceplugin.kube.cachemetrics import CacheCollector
 from deviceplugin.kube.podcache import NodeCache, PodCache
 from deviceplugin.logs import get_log
+from deviceplugin.memory import freeze_startup_objects, return_large_buffers_to_the_os
 from deviceplugin.supervisor import Supervisor
 from deviceplugin.workermetrics import WorkerCollector
 
@@ -63,8 +65,9 @@ class Extender:
         self.config = config
         self.kube = kube if kube is not None else Kube(load_client(config.kubeconfig))
         self.supervisor = Supervisor()  # restarts the caches' workers after a crash
-        self.nodes = NodeCache(self.kube, supervisor=self.supervisor)
-        self.pods = PodCache(self.kube, None, supervisor=self.supervisor)
+        # Each cached object keeps only what the decisions read (deviceplugin.extender.slim).
+        self.nodes = NodeCache(self.kube, supervisor=self.supervisor, slim=extender_node)
+        self.pods = PodCache(self.kube, None, supervisor=self.supervisor, slim=extender_pod)
         self.inventory = Inventory(
             config.strategy, config.compat, nodes=self.nodes.rejections, pods=self.pods.rejections
         )
@@ -128,6 +131,7 @@ def run(config: ExtenderConfig) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
+    return_large_buffers_to_the_os()  # the first lists of every node and pod run to hundreds of MB
     extender = Extender(config)
     extender.start(sync_timeout_s=0)
     log.info(
@@ -139,8 +143,12 @@ def run(config: ExtenderConfig) -> int:
         compat=config.compat or "none",
     )
     try:
+        frozen = False
         while not stopping.wait(1.0):
-            pass
+            if not frozen and extender.synced():
+                # The caches now hold the cluster: full collections no longer walk every object.
+                freeze_startup_objects()
+                frozen = True
     finally:
         extender.stop()
         log.info("extender stopped")

@@ -20,6 +20,7 @@ reported once to its cache's `Rejections` (a log line and a count on `/metrics`)
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from deviceplugin.fit.codec import parse_memory_factor
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.families import Family, family_of
 from deviceplugin.fit.keys import Strategy
-from deviceplugin.fit.model import is_volcano_compat
+from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, is_volcano_compat
 from deviceplugin.fit.policy import Policy
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
@@ -41,15 +42,15 @@ _ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORE
 _ANNOTATION_KEYS = (fitkeys.NODE_VGPU_REGISTER, fitkeys.GPU_UNHEALTHY_IDS, fitkeys.GPU_MEMORY_FACTOR)
 
 
-def _meta(obj: Obj) -> dict[str, Any]:
+def _meta(obj: Obj) -> Mapping[str, Any]:
     meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
+    return meta if isinstance(meta, Mapping) else {}
 
 
-def _section(obj: Obj, *path: str) -> dict[str, Any]:
+def _section(obj: Mapping[str, Any], *path: str) -> Mapping[str, Any]:
     for key in path:
-        value = obj.get(key) if isinstance(obj, dict) else None
-        obj = value if isinstance(value, dict) else {}
+        value = obj.get(key) if isinstance(obj, Mapping) else None
+        obj = value if isinstance(value, Mapping) else {}
     return obj
 
 
@@ -70,10 +71,10 @@ def _signature(node: Obj) -> tuple[object, ...]:
     capacity = _section(node, "status", "capacity")
     allocatable = _section(node, "status", "allocatable")
     notes = _section(node, "metadata", "annotations")
-    return (
-        tuple(capacity.get(key) for key in _CAPACITY_KEYS),
-        tuple(allocatable.get(key) for key in _ALLOCATABLE_KEYS),
-        tuple(notes.get(key) for key in _ANNOTATION_KEYS),
+    return (  # one flat tuple: the extender keeps one per node
+        *(capacity.get(key) for key in _CAPACITY_KEYS),
+        *(allocatable.get(key) for key in _ALLOCATABLE_KEYS),
+        *(notes.get(key) for key in _ANNOTATION_KEYS),
         _section(node, "metadata", "labels").get(fitkeys.GPU_STRATEGY_LABEL),
     )
 
@@ -105,20 +106,28 @@ def memory_factor(node: Obj) -> int:
     return 1 if raw is None else parse_memory_factor(raw)
 
 
-@dataclass(eq=False)
+@functools.lru_cache(maxsize=64)
+def _config(factor: int) -> VgpuConfig:
+    """One config per memory factor, shared by the nodes that advertise it."""
+    return VgpuConfig(memory_factor=factor)
+
+
+@dataclass(eq=False, slots=True)
 class NodeView:
-    """One node as the extender sees it. Read and change it only while holding `lock`."""
+    """One node as the extender sees it. Read and change it only while holding `lock`. (Slots and
+    shared defaults: the extender holds one per node of the cluster.)"""
 
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     known: bool = False  # the node object has been seen (and not deleted)
     signature: tuple[object, ...] | None = None
     gpus: list[GpuState] = field(default_factory=list)
-    config: VgpuConfig = field(default_factory=VgpuConfig)
+    config: VgpuConfig = DEFAULT_VGPU_CONFIG
     error: str = ""  # why the node's GPUs could not be read ("" when they could)
     other_strategy: str = ""  # why the node runs a strategy other than the extender's ("" when not)
     pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
-    assumed: set[str] = field(default_factory=set)  # booked by a bind, not yet seen bound by the watch
+    # Booked by a bind, not yet seen bound by the watch (a dict as a set: an empty one is 64 bytes)
+    assumed: dict[str, None] = field(default_factory=dict)
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
     # The family's `quick_cards` for the generation and schedule policy they were built for.
     quick: tuple[int, Policy, Sequence[GpuState] | None] | None = None
@@ -190,11 +199,11 @@ class Inventory:
         volcano = is_volcano_compat(self.compat)
         view.other_strategy = "" if volcano else other_strategy(node, self.family)
         try:
-            config = VgpuConfig(memory_factor=memory_factor(node))
+            config = _config(memory_factor(node))
             gpus = self.family.node_gpus(node, config, self.compat)
             error = ""
         except Exception as err:  # malformed, or a bug reading it: this node alone has no GPUs
-            config, gpus, error = VgpuConfig(), [], f"node {view.name}: {describe(err)}"
+            config, gpus, error = DEFAULT_VGPU_CONFIG, [], f"node {view.name}: {describe(err)}"
             self.rejected_nodes.reject(node, err)
         view.config, view.gpus, view.error = config, gpus, error
         for pod in view.pods.values():
@@ -227,7 +236,7 @@ class Inventory:
         if holds:
             view = self._view_for(target)
             with view.lock:
-                view.assumed.discard(uid)
+                view.assumed.pop(uid, None)
                 self._book(view, uid, pod)
             with self._lock:
                 self._pod_nodes[uid] = target
@@ -237,7 +246,7 @@ class Inventory:
     def assume(self, view: NodeView, pod: Obj) -> None:
         """Book a pod a bind is about to place on `view` (caller holds `view.lock`)."""
         uid = pod_uid(pod)
-        view.assumed.add(uid)
+        view.assumed[uid] = None
         self._book(view, uid, pod)
         with self._lock:
             self._pod_nodes[uid] = view.name
@@ -247,7 +256,7 @@ class Inventory:
         shown bound stays booked."""
         if uid not in view.assumed:
             return
-        view.assumed.discard(uid)
+        del view.assumed[uid]
         self._unbook(view, uid)
         with self._lock:
             if self._pod_nodes.get(uid) == view.name:

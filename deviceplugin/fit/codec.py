@@ -8,6 +8,7 @@ reading unparsable numbers as 0) so a conformance suite can compare decisions.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import Literal
 
@@ -303,11 +304,11 @@ def _decode_register_entry(piece: str, index: int) -> GpuState:
     return GpuState(
         index=index,
         uuid=uuid,
-        type=kind,
+        type=sys.intern(kind),  # a scheduler holds every node's cards: one string per model
         memory=parse_decimal(memory, f"{where} memory", NodeRegisterError, meaning="an int64"),
         split_count=parse_decimal(count, f"{where} count", NodeRegisterError, meaning="an int64"),
         health=_GO_BOOL[health],
-        mode=mode,
+        mode=sys.intern(mode),
     )
 
 
@@ -325,7 +326,7 @@ def _decode_register_volcano(value: str) -> list[GpuState]:
             GpuState(
                 index=index,
                 uuid=fields[0],
-                type=fields[3],
+                type=sys.intern(fields[3]),
                 memory=goint.parse_int(fields[2])[0],  # Atoi's errors ignored, as Volcano does
                 split_count=goint.parse_int(fields[1])[0],
                 health=_GO_BOOL.get(fields[4], False),

@@ -13,7 +13,7 @@ pod in phase Unknown, or with no phase, is booked even while being deleted.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from deviceplugin.fit import goint, keys, objects
 from deviceplugin.fit.bounds import MAX_NODE_GPUS
@@ -66,12 +66,22 @@ def holds_gpus(pod: objects.Obj, compat: Compat = None) -> bool:
     return True
 
 
+_NO_LABELS: Mapping[str, str] = {}  # typed read-only: PodUsage.labels is never written
+
+
+def _labels(pod: objects.Obj) -> Mapping[str, str]:
+    """A copy of the pod's labels; one shared empty map for the many pods without (a scheduler
+    keeps a usage per pod per card)."""
+    labels = objects.labels_of(pod)
+    return dict(labels) if labels else _NO_LABELS
+
+
 def _new_usage(pod: objects.Obj, volcano: bool) -> PodUsage:
     return PodUsage(
         uid=objects.uid(pod),
         name=objects.namespaced_name(pod),
         group=objects.podgroup_key(pod),
-        labels=dict(objects.labels_of(pod)),
+        labels=_labels(pod),
         terminal=volcano and objects.is_terminal(pod),
     )
 
