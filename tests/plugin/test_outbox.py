@@ -12,7 +12,7 @@ import pytest
 from deviceplugin.kube.api import Kube
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Ledger, Patch
-from deviceplugin.plugin.outbox import OutboxWorker
+from deviceplugin.plugin.outbox import BATCH, OutboxWorker
 from kubesim.apiserver import ApiServerEmulator
 from tests.daemons import eventually
 from tests.kube.objects import node_object, pod_object
@@ -138,3 +138,69 @@ def test_the_worker_thread_applies_what_it_is_woken_for(
     finally:
         worker.stop()
     assert ledger.outbox_size() == 0
+
+
+def pod_patches(apiserver: ApiServerEmulator, name: str) -> int:
+    return sum(
+        1 for r in apiserver.requests.records() if r.method == "PATCH" and r.path.endswith(f"/pods/{name}")
+    )
+
+
+def test_a_pods_queued_patches_go_out_as_one_patch_applied_in_queue_order(
+    worker: OutboxWorker, ledger: Ledger, apiserver: ApiServerEmulator
+) -> None:
+    """Patches queued one by one (as Allocates queue them), interleaved with another pod's and
+    split by more pods than a pass takes: each pod gets one PATCH holding all of its patches, a
+    later value or removal winning, and every row is done once (a second pass sends nothing)."""
+    for name, notes_now in (("solo", {"old": "x", "drop": "1"}), ("other", {})):
+        pod = pod_object(name, "n")
+        pod["metadata"]["annotations"] = notes_now
+        apiserver.create("pods", pod)
+    fillers = [f"f{n}" for n in range(BATCH)]
+    for name in fillers:
+        apiserver.create("pods", pod_object(name, "n"))
+    queued = [
+        Patch("pod", "default", "solo", {"a": "1", "c": None}),
+        Patch("pod", "default", "other", {"a": "other"}),
+        Patch("pod", "default", "solo", {"drop": None, "a": None}),
+        *[assigned(name) for name in fillers],  # the pass's other pods: the next patches come after
+        Patch("pod", "default", "solo", {"a": "2", "c": "3"}),
+        Patch("pod", "default", "other", {"b": "other"}),
+    ]
+    for patch in queued:
+        ledger.enqueue([patch])
+    apiserver.requests.clear()
+    worker.run_once()
+    assert notes(apiserver, "pods", "solo", "default") == {"old": "x", "a": "2", "c": "3"}
+    assert notes(apiserver, "pods", "other", "default") == {"a": "other", "b": "other"}
+    assert (pod_patches(apiserver, "solo"), pod_patches(apiserver, "other")) == (1, 1)
+
+    for _ in range(3):  # the fillers left over, then a pass that finds nothing left
+        worker.run_once()
+    assert ledger.outbox_size() == 0
+    assert worker.entries == {"sent": len(queued)}
+    assert apiserver.requests.count(method="PATCH") == 2 + BATCH
+
+
+def test_a_failed_coalesced_patch_keeps_every_row_and_retries_them_as_one(
+    kube: Kube, pods: PodCache, apiserver: ApiServerEmulator, tmp_path: Path
+) -> None:
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "clocked.db", clock=lambda: now[0])
+    worker = OutboxWorker(ledger, kube, pods)
+    apiserver.create("pods", pod_object("p", "n"))
+    for value in ("1", "2", "3"):
+        ledger.enqueue([Patch("pod", "default", "p", {"a": value, f"k{value}": value})])
+    apiserver.faults.error(503, method="PATCH", times=1)
+    worker.run_once()
+    assert [entry.attempts for entry in ledger.due(hold_pods_through=0)] == []  # all backing off
+    assert ledger.outbox_size() == 3
+
+    now[0] += 3600  # past the back-off
+    assert [entry.attempts for entry in ledger.due()] == [1, 1, 1]
+    apiserver.requests.clear()
+    worker.run_once()
+    assert notes(apiserver, "pods", "p", "default") == {"a": "3", "k1": "1", "k2": "2", "k3": "3"}
+    assert pod_patches(apiserver, "p") == 1
+    assert ledger.outbox_size() == 0
+    assert worker.entries == {"retried": 3, "sent": 3}
