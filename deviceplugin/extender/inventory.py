@@ -129,8 +129,20 @@ class NodeView:
     # Booked by a bind, not yet seen bound by the watch (a dict as a set: an empty one is 64 bytes)
     assumed: dict[str, None] = field(default_factory=dict)
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
-    # The family's `quick_cards` for the generation and schedule policy they were built for.
-    quick: tuple[int, Policy, Sequence[GpuState] | None] | None = None
+    quick: QuickFits | None = None  # the extender's quick fits on this node (ExtenderService)
+
+
+@dataclass(eq=False, slots=True)
+class QuickFits:
+    """A node's GPUs as the family's quick fit reads them (`Family.quick_cards`: None where only
+    the full fit decides), for one generation of the node and one schedule policy, and the host
+    score found on them per pod request (None: the quick fit says no). Never changed once
+    published on a view except by adding to `scores`: readers take it without the node's lock."""
+
+    generation: int
+    policy: Policy
+    cards: Sequence[GpuState] | None
+    scores: dict[int, int | None] = field(default_factory=dict)  # by the request's shape number
 
 
 class Inventory:

@@ -8,8 +8,10 @@ afresh.
 
 With thousands of nodes per request, each node is first given to the family's quick fit
 (`Family.quick`: the same decision and score without building a result or a message, on the
-node's cards as `Family.quick_cards` orders them, rebuilt once per node change); only the nodes it
-cannot decide, and those where the pod does not fit (the scheduler is told why), get the full fit.
+node's cards as `Family.quick_cards` orders them, rebuilt once per node change); the host score it
+finds is kept per pod shape until the node changes (`QuickFits`), so pods of one shape cost each
+unchanged node one lookup. Only the nodes the quick fit cannot decide, and those where the pod
+does not fit (the scheduler is told why), get the full fit.
 
 Bind fits the pod again on its node, against the current usage plus the pods other binds have
 assumed, and assumes it before the API call, all under the node's lock: two binds to one node
@@ -18,6 +20,7 @@ never both get the same memory. A failed API call takes the assumption back.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from deviceplugin.extender.config import ExtenderConfig
-from deviceplugin.extender.inventory import Inventory, NodeView, pod_node, pod_uid
+from deviceplugin.extender.inventory import Inventory, NodeView, QuickFits, pod_node, pod_uid
 from deviceplugin.extender.protocol import (
     MAX_EXTENDER_PRIORITY,
     BindingArgs,
@@ -45,6 +48,9 @@ log = get_log(__name__)
 
 REMEMBERED_PODS = 1024  # pods seen in filter requests, for a bind the pod cache has not caught up with
 CACHED_FITS = 16  # pods whose filter results are kept for prioritize
+QUICK_SHAPES = 8  # pod shapes whose quick scores each node keeps (for its current generation)
+REMEMBERED_SHAPES = 1024  # pod shapes numbered for those scores
+_NOT_KEPT = -1  # no host score is negative
 POD_WAIT_S = 1.0  # how long a bind waits for the pod cache to show a pod it does not know
 
 
@@ -85,6 +91,8 @@ class ExtenderService:
         # Per pod, per node: (the node's generation, the host score) filter found.
         self._fits: OrderedDict[str, dict[str, tuple[int, int]]] = OrderedDict()
         self._seen: OrderedDict[str, Obj] = OrderedDict()
+        self._shapes: dict[PodRequest, int] = {}
+        self._shape_numbers = itertools.count()
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -103,21 +111,46 @@ class ExtenderService:
             view.gpus, pod, request, policy=config.policy, compat=config.compat, config=view.config
         )
 
-    def _quick_fit(
-        self, view: NodeView, request: PodRequest, policy: Policy
-    ) -> tuple[int, float, int] | None:
-        """(the node's generation, score, devices) when the family's quick fit finds the pod fits on
-        `view`; None when the full fit must decide (it does not fit, or quick cannot tell)."""
+    def _shape(self, request: PodRequest) -> int:
+        """A number for the request's shape, the same for equal requests: the key of `QuickFits`
+        scores (an int hashes at once; a request would hash its fields on every node). Numbers
+        are never reused, so a shape forgotten here misses in every node's scores."""
+        with self._lock:
+            shape = self._shapes.get(request)
+            if shape is None:
+                if len(self._shapes) >= REMEMBERED_SHAPES:
+                    self._shapes.clear()
+                shape = self._shapes[request] = next(self._shape_numbers)
+            return shape
+
+    def _quick_score(
+        self, view: NodeView, request: PodRequest, shape: int, policy: Policy
+    ) -> tuple[int, int] | None:
+        """(the node's generation, host score) when the family's quick fit finds the pod fits on
+        `view`; None when the full fit must decide (it does not fit, or quick cannot tell).
+
+        Pods of one shape come in runs (a job's replicas) and most nodes do not change between
+        two of them: the score found for a request is kept with the node's generation, so the
+        next pod of that shape costs each unchanged node a lookup, taken without the node's lock
+        (what it reads is never changed once published)."""
+        quick, generation = view.quick, view.generation
+        if quick is not None and quick.generation == generation and quick.policy is policy:
+            kept = quick.scores.get(shape, _NOT_KEPT)
+            if kept != _NOT_KEPT:
+                return None if kept is None else (generation, kept)
         family = self.inventory.family
         with view.lock:
-            generation, cached = view.generation, view.quick
-            if cached is None or cached[0] != generation or cached[1] is not policy:
+            generation, quick = view.generation, view.quick
+            if quick is None or quick.generation != generation or quick.policy is not policy:
                 unusable = self._unusable(view.name, view)
                 cards = None if unusable else family.quick_cards(view.gpus, policy, self.config.compat)
-                view.quick = cached = (generation, policy, cards)
-            cards = cached[2]
-            fit = None if cards is None else family.quick(cards, request, policy)
-        return None if fit is None else (generation, *fit)
+                view.quick = quick = QuickFits(generation, policy, cards)
+            fit = None if quick.cards is None else family.quick(quick.cards, request, policy)
+            score = None if fit is None else self.devices_score(*fit)
+            if len(quick.scores) >= QUICK_SHAPES:
+                quick.scores.clear()
+            quick.scores[shape] = score
+        return None if score is None else (generation, score)
 
     def _unusable(self, name: str, view: NodeView | None) -> str:
         """Why a node cannot take any pod of this strategy, or "" when it can be fitted."""
@@ -164,13 +197,13 @@ class ExtenderService:
         fits: dict[str, tuple[int, int]] = {}
         views = self.inventory.views
         policy = self._policy()
-        host_score = _HostScores(self)
+        shape = self._shape(request)
         for name in args.node_names:
             view = views.get(name)
             if view is not None and request.quick:
-                quick = self._quick_fit(view, request, policy)
+                quick = self._quick_score(view, request, shape, policy)
                 if quick is not None:
-                    fits[name] = (quick[0], host_score(quick[1], quick[2]))
+                    fits[name] = quick
                     passed.append(name)
                     continue
             why = self._unusable(name, view)
@@ -230,7 +263,7 @@ class ExtenderService:
         score_of = self.host_score
         views = self.inventory.views
         policy = self._policy()
-        host_score = _HostScores(self)
+        shape = self._shape(request)
         for name in args.node_names:
             view = views.get(name)
             entry = cached.get(name)
@@ -238,9 +271,9 @@ class ExtenderService:
                 scores.append((name, entry[1]))  # filter's fit, and the node is unchanged
                 continue
             if view is not None and request.quick:
-                quick = self._quick_fit(view, request, policy)
+                quick = self._quick_score(view, request, shape, policy)
                 if quick is not None:
-                    scores.append((name, host_score(quick[1], quick[2])))
+                    scores.append((name, quick[1]))
                     continue
             if self._unusable(name, view) or view is None:
                 scores.append((name, 0))
@@ -342,21 +375,6 @@ class ExtenderService:
         if view is not None:
             with view.lock:
                 self.inventory.forget(view, pod_uid(pod))
-
-
-class _HostScores:
-    """`ExtenderService.devices_score` for one request's nodes, remembered: many score alike."""
-
-    def __init__(self, service: ExtenderService) -> None:
-        self._service = service
-        self._known: dict[tuple[float, int], int] = {}
-
-    def __call__(self, score: float, devices: int) -> int:
-        key = (score, devices)
-        host = self._known.get(key)
-        if host is None:
-            host = self._known[key] = self._service.devices_score(score, devices)
-        return host
 
 
 def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:

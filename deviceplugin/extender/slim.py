@@ -83,11 +83,12 @@ def _compact(value: Any) -> Any:
     return value
 
 
-def _own(value: Any) -> Any:
-    """A copy of a JSON value that shares no object with it (short strings interned)."""
+def _own(value: Any, *, intern: bool = True) -> Any:
+    """A copy of a JSON value that shares no object with it (short strings interned unless not
+    to be)."""
     if type(value) is str:
         copy = value.encode().decode()
-        return sys.intern(copy) if len(copy) <= _SHORT else copy
+        return sys.intern(copy) if intern and len(copy) <= _SHORT else copy
     if isinstance(value, Mapping):
         return {sys.intern(_own(key)): _own(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -125,7 +126,8 @@ def _kept(value: Any, fields: tuple[str, ...], domains: tuple[str, ...], shared:
     absent map as empty)."""
     if not isinstance(value, Mapping):
         return _own(value)
-    kept = {name: _own(value[name]) for name in fields if name in value}
+    # A pod's name is its own: interned, it would only grow the interpreter's table of them.
+    kept = {name: _own(value[name], intern=name != "name") for name in fields if name in value}
     for name in domains:
         if name in value:
             section = _domains(value[name])
