@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubesim.apiserver import ApiServerEmulator
@@ -91,3 +92,17 @@ def test_a_node_with_a_huge_registration_costs_only_itself(
     assert sorted(result["FailedAndUnresolvableNodes"]) == ["bad-at-start", "bad-later"]
     assert rejected(running)["node"] == 2
     assert running.client.request("GET", "/readyz").status == 200
+
+
+
+def test_an_unbookable_pod_is_reported_once_by_name_with_the_reason(
+    apiserver: ApiServerEmulator, start_extender: StartExtender, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.create("nodes", share_node("n1", gpus=1, memory=3000))
+    create_pod(apiserver, memory_pod("poison", 500, node="n1", annotations={"volcano.sh/gpu-index": POISON}))
+    running = start_extender(strategy="share")
+    assert running.client.filter(memory_pod("whole", 3000), ["n1"])["NodeNames"] == ["n1"]  # books nothing
+    reports = [r for r in caplog.records if r.getMessage() == "pod rejected"]
+    assert [r.fields["pod"] for r in reports] == ["default/poison"]  # type: ignore[attr-defined]
+    assert "a GPU index has at most 19" in reports[0].fields["reason"]  # type: ignore[attr-defined]
+    assert rejected(running)["pod"] == 1
