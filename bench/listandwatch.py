@@ -13,6 +13,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from report import Row, record
+
 from deviceplugin.fit.keys import STRATEGIES
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.plugin.devices import (
@@ -62,8 +64,15 @@ def measure(resource: Resource, layout: Layout) -> tuple[int, int, float, float,
     return size, message_size(resource, GPUS, layout), cold_ms, flip_ms, same_us
 
 
+def copy_ms(size: int) -> float:
+    """The floor of a build: copying a message of `size` bytes once."""
+    message = bytes(size)
+    return timed_ms(lambda: bytes(bytearray(message)), 5)
+
+
 def main() -> int:
-    worst_build, worst_bytes = 0.0, 0
+    worst_build, worst_flip, worst_bytes, worst_size = 0.0, 0.0, 0, 0
+    same_share = 0.0  # the largest share of a cold build an unchanged re-ask costs
     print(f"8 x {H200_MIB} MiB GPUs, --gpu-memory-factor=auto, budget {MESSAGE_BUDGET:,} B")
     header = (
         "strategy",
@@ -87,13 +96,46 @@ def main() -> int:
                 f"{strategy:8} {resource.name:24} {layout.factor:6} {count:8} {size:10,} {worst:10,} "
                 f"{cold_ms:8.1f} {flip_ms:8.2f} {same_us:8.1f}"
             )
-            worst_build, worst_bytes = max(worst_build, cold_ms), max(worst_bytes, worst)
-    ok = worst_build <= BAR_MS and worst_bytes <= MESSAGE_BUDGET
-    print(
-        f"largest message {worst_bytes:,} B (budget 3.5 MiB = {MESSAGE_BUDGET:,} B); slowest cold build "
-        f"{worst_build:.1f} ms (bar {BAR_MS:.0f} ms): {'meets' if ok else 'MISSES'} the bars"
-    )
-    return 0 if ok else 1
+            worst_build, worst_flip = max(worst_build, cold_ms), max(worst_flip, flip_ms)
+            worst_bytes, worst_size = max(worst_bytes, worst), max(worst_size, size)
+            same_share = max(same_share, same_us / 1000 / cold_ms)
+    floor_ms = copy_ms(worst_size)
+    rows = [
+        Row(
+            "ListAndWatch largest message (8 x 141 GB, worst case)",
+            worst_bytes / 2**20,
+            "MiB",
+            None,
+            "< 3.5 MiB",
+            worst_bytes <= MESSAGE_BUDGET,
+        ),
+        Row(
+            "ListAndWatch slowest cold build",
+            worst_build,
+            "ms",
+            floor_ms,
+            f"<= {BAR_MS:g} ms (floor: copying the message once)",
+            worst_build <= BAR_MS,
+        ),
+        Row(
+            "ListAndWatch slowest rebuild after a health flip",
+            worst_flip,
+            "ms",
+            floor_ms,
+            f"<= {BAR_MS:g} ms (floor: copying the message once)",
+            worst_flip <= BAR_MS,
+        ),
+        Row(
+            "ListAndWatch unchanged re-ask, share of a cold build",
+            same_share * 100,
+            "%",
+            None,
+            "<= 1 % (not rebuilt)",
+            same_share <= 0.01,
+        ),
+    ]
+    record(rows)
+    return 0 if all(row.passed for row in rows) else 1
 
 
 if __name__ == "__main__":

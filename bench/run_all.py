@@ -15,7 +15,18 @@ from pathlib import Path
 from report import ROWS_ENV, load, table
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("fit", "listandwatch", "daemon", "kube", "allocate", "outbox", "extender", "http_servers")
+BENCHMARKS = (
+    "fit",
+    "listandwatch",
+    "daemon",
+    "kube",
+    "memory",
+    "startup",
+    "allocate",
+    "outbox",
+    "extender",
+    "http_servers",
+)
 
 
 def main() -> int:
