@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,9 +53,14 @@ def by_listing(candidates: Sequence[C], listing: Listing, resource: str) -> list
     return started or admitting
 
 
-def by_siblings(candidates: Sequence[C], served: frozenset[Key], resource: str) -> list[C]:
-    """The candidates whose container the ledger holds for another resource."""
-    containers = {(uid, container) for uid, container, other in served if other != resource}
+def served_containers(served: Iterable[Key], resource: str) -> set[tuple[str, str]]:
+    """(pod UID, container) of each of the ledger's keys for another resource than `resource`."""
+    return {(uid, container) for uid, container, other in served if other != resource}
+
+
+def by_siblings(candidates: Sequence[C], containers: Container[tuple[str, str]]) -> list[C]:
+    """The candidates whose container the ledger holds for another resource (`containers`:
+    `served_containers`), each looked up."""
     return [c for c in candidates if (c[0].uid, c[1].name) in containers]
 
 
@@ -110,9 +115,10 @@ class Identifier:
             or by_listing(rest(), listing, self.resource)
         ):
             return self._decided(kept, "pod-resources"), len(kept) == 1
-        if kept := by_siblings(candidates, served, self.resource) or by_siblings(
-            rest(), served, self.resource
-        ):
+        # No other resource holds a row (every share or number node): the ledger tells nothing, so
+        # the later candidates are not walked for it. Otherwise its containers are gathered once.
+        containers = served_containers(served, self.resource) if served else ()
+        if containers and (kept := by_siblings(candidates, containers) or by_siblings(rest(), containers)):
             return self._decided(kept, "ledger"), False
         return self._decided(candidates, "arrival"), False
 
@@ -133,17 +139,23 @@ class Identifier:
     def _read(self, timeout_s: float) -> Listing | None:
         if self.socket is None or timeout_s <= 0:
             return None
+        if not self.socket.exists():  # what the call would answer, without a gRPC call's CPU
+            self._failed(grpc.StatusCode.UNAVAILABLE)
+            return None
         if self._channel is None:
             self._channel = connect(self.socket)
         try:
             listing = list_with(self._channel, timeout_s)
         except grpc.RpcError as err:  # unreachable, or over kubelet's rate limit: decide without it
-            (log.debug if self._unreachable else log.warning)(
-                "pod-resources List failed; choosing the pod by arrival order",
-                resource=self.resource,
-                error=err.code().name,
-            )
-            self._unreachable = True
+            self._failed(err.code())
             return None
         self._unreachable = False
         return listing
+
+    def _failed(self, code: grpc.StatusCode) -> None:
+        (log.debug if self._unreachable else log.warning)(
+            "pod-resources List failed; choosing the pod by arrival order",
+            resource=self.resource,
+            error=code.name,
+        )
+        self._unreachable = True

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.plugin import identify
 from deviceplugin.plugin.identify import LISTING_REUSE_S, Identifier
 from deviceplugin.plugin.pending import ContainerNeed, PendingPod
+from deviceplugin.plugin.vgpu import VgpuAllocator
 from kubesim.kubelet import KubeletEmulator
 from tests.daemons import eventually
+from tests.plugin.rig import GPUS, Rig, envs
+from tests.plugin.test_vgpu_allocate import memory, memory_ids, vpod  # noqa: F401 (a fixture)
 from tests.sim.test_kubelet_admission import Plugins, container, gpus
 from tests.sim.test_kubelet_admission import pod as kube_pod
 
@@ -67,6 +71,62 @@ def test_without_pod_resources_the_ledger_then_arrival_decide(tmp_path: Path) ->
     chosen, sure = identifier.pick(first, frozenset(), deadline, distinct=True, keep=False)
     assert (chosen[0].name, sure) == ("a", False)
     assert counts == {(MEM, "ledger"): 1, (MEM, "arrival"): 1}
+
+
+def chosen_by_ledger(served: frozenset[tuple[str, str, str]], later: list[str]) -> tuple[str, str]:
+    """Without kubelet's records: the name picked among a, b (then `later`) and what decided."""
+    counts: Counter[tuple[str, str]] = Counter()
+    identifier = Identifier(MEM, None, counts)
+    picked, _ = identifier.pick(
+        [candidate("a"), candidate("b")],
+        served,
+        time.monotonic() + 5,
+        distinct=True,
+        keep=False,
+        more=lambda: [candidate(name) for name in later],
+    )
+    ((_, signal),) = counts
+    return picked[0].name, signal
+
+
+@pytest.mark.parametrize(
+    ("served", "expected"),
+    [
+        ({("uid-d", "main", NUMBER)}, ("d", "ledger")),  # past the first few, another resource's row
+        ({("uid-d", "main", NUMBER), ("uid-b", "main", MEMORY)}, ("b", "ledger")),  # the first few first
+        ({("uid-c", "main", MEM), ("uid-d", "main", MEM)}, ("a", "arrival")),  # this resource's rows
+        ({("uid-d", "sidecar", NUMBER)}, ("a", "arrival")),  # another container of the pod
+        ({("uid-x", "main", NUMBER)}, ("a", "arrival")),  # a pod that is no candidate
+        (set(), ("a", "arrival")),  # a node whose ledger holds no other resource (share, number)
+    ],
+)
+def test_the_ledger_points_at_a_container_served_for_another_resource_only(
+    served: set[tuple[str, str, str]], expected: tuple[str, str]
+) -> None:
+    """Whether or not the later candidates are walked for the ledger's signal (they are not when no
+    other resource holds a row), a container served for another resource is the one, wherever it
+    ranks, and nothing else is."""
+    assert chosen_by_ledger(frozenset(served), ["c", "d"]) == expected
+
+
+def test_on_a_vgpu_node_the_number_allocate_goes_to_the_container_whose_memory_was_served(
+    vgpu: Rig, request: pytest.FixtureRequest
+) -> None:
+    """Kubelet allocated the last pod's vgpu-memory first (its count told it apart); its
+    vgpu-number Allocate, asking as many as eight earlier pods, is that container's too, though
+    it ranks past the first few and kubelet's records are not read."""
+    memory_plugin: VgpuAllocator = request.getfixturevalue("memory")
+    gpu0, _, gpu2 = (gpu.uuid for gpu in GPUS)
+    for n in range(9):
+        vpod(vgpu, f"early-{n}", [("cuda", [(gpu0, 1024, 0)])], vgpu_time=n)
+    late = vpod(vgpu, "late", [("cuda", [(gpu2, 700, 0)])], vgpu_time=9)
+    assert memory_plugin.allocate(memory_ids(gpu2, 700)) == pb.ContainerAllocateResponse()
+    assert envs(vgpu.allocator.allocate([f"{gpu0}-0"]))["NVIDIA_VISIBLE_DEVICES"] == gpu2
+    assert {(a.pod_uid, a.resource) for a in vgpu.ledger.active()} == {
+        (late["metadata"]["uid"], NUMBER),
+        (late["metadata"]["uid"], MEMORY),
+    }
+    assert vgpu.allocator.stats.resolved == {(NUMBER, "ledger"): 1}
 
 
 # --- what kubelet's records say (plugins serving both vGPU resources to the kubelet emulator) ---
