@@ -110,6 +110,28 @@ def test_a_node_that_changed_since_filter_is_scored_as_it_is_now(
     eventually(lambda: ext.client.prioritize(pod, ["a", "b"]) == {"a": 8, "b": 3})
 
 
+def test_a_node_whose_pods_came_and_went_since_filter_is_scored_as_it_is_now(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """Pods bound and one gone again leave the node changed: its state is never taken for one a
+    filter saw before (a change count that returned to an earlier value would be)."""
+    apiserver.create("nodes", share_node("a", gpus=1, memory=16000))
+    ext = start_extender(strategy="share", policy="binpack")
+    first = create_pod(apiserver, memory_pod("first", 4000))
+    assert ext.client.filter(first, ["a"])["NodeNames"] == ["a"]  # on the idle node
+    on_gpu_0 = {"volcano.sh/gpu-index": "0"}
+    gone = create_pod(apiserver, memory_pod("gone", 8000, node="a", annotations=on_gpu_0))
+    eventually(lambda: ext.client.filter(memory_pod("probe", 8001), ["a"])["NodeNames"] == [])  # gone seen
+    second = create_pod(apiserver, memory_pod("second", 4000))
+    assert ext.client.filter(second, ["a"])["NodeNames"] == ["a"]  # beside 'gone'
+    create_pod(apiserver, memory_pod("stays", 4000, node="a", annotations=on_gpu_0))
+    eventually(lambda: ext.client.filter(memory_pod("probe", 4001), ["a"])["NodeNames"] == [])  # stays seen
+    apiserver.delete("pods", gone["metadata"]["name"], "default")
+    eventually(lambda: ext.client.filter(memory_pod("probe", 8000), ["a"])["NodeNames"] == ["a"])  # gone left
+    for pod in (first, second):  # 4000 + 4000 of 16000 after placement
+        assert ext.client.prioritize(pod, ["a"]) == {"a": 5}
+
+
 def test_a_two_gpu_vgpu_pod_scores_the_average_of_its_gpus(
     apiserver: ApiServerEmulator, start_extender: StartExtender
 ) -> None:
