@@ -5,7 +5,11 @@ Targets (issue 15 item 2): p50 after 10,000 allocations within 1.3x of p50 on a 
 <= 2x and p99 <= 3x the floor: an empty RPC (GetDevicePluginOptions) on the same channel, sent
 halfway between two Allocates, so it meets the daemon in the same state (idle threads to wake,
 the outbox and the pod watch working in the background). The Allocates of a measured window go
-out every `--pace-ms`, as kubelet admits pods one at a time.
+out every `--pace-ms`, as kubelet admits pods one at a time, and the pods are bound `ADMITTED`
+at a time, a batch ahead of their Allocates: the daemon sees one or two batches pending, as a
+node does while kubelet admits pods about as fast as they are bound (a node has few pending
+pods; bench/outbox.py binds them alike). The window's pods all pending at once, 500 of them, was
+a list no node has, and Allocate's cost grew with it where it walks the pending pods.
 
 The daemon runs as a subprocess (share mode, `--gpus` fake GPUs of `--gpu-ids` device IDs each)
 against the API-server emulator, which runs in a process of its own at a lower CPU priority
@@ -14,12 +18,13 @@ against the API-server emulator, which runs in a process of its own at a lower C
 IDs over all GPUs, so the node holds (gpus x gpu-ids) / units pods: 16,384 by default, where
 100 IDs a pod ran out at 1,638. Pods take the GPUs in turn, and kubelet's pod-resources socket
 is absent, so each Allocate picks its pod by arrival order. One run:
-- fresh: `--window` pods are created, then their paced Allocates, each followed by an empty RPC;
+- fresh: `--window` pods, bound a batch ahead of their paced Allocates, each Allocate followed by
+  an empty RPC;
 - fill: pods and their Allocates up to `--allocations` live ones, 1,000 pods at a time, back to
   back (their p50 is shown, unpaced);
-- after: `--window` more pods; once the API server holds every earlier pod's `gpu-assigned`,
-  their paced Allocates. Each window starts with the same pods pending: its own and one more,
-  asking 300 IDs, for GetPreferredAllocation at the end.
+- after: once the API server holds every earlier pod's `gpu-assigned`, `--window` more pods,
+  bound and allocated as the fresh ones. Each window starts with the same pods pending: its first
+  batch and one more pod, asking 300 IDs, for GetPreferredAllocation at the end.
 The figures are the median of `--runs` runs (fresh processes each), for each `--ledger-sync`
 level (docs/ledger.md: the product commits at NORMAL; FULL, an fsync per commit, is measured
 beside it). API requests during the measured Allocates are counted by method: reads would be
@@ -62,6 +67,7 @@ from kubesim.kubelet import KubeletEmulator
 
 LAST_UNITS = 300  # one more pod, left pending, for GetPreferredAllocation
 FILL_CHUNK = 1000  # pods created at a time for the fill, so that it does not wait for their events
+ADMITTED = 10  # pods bound at a time in a measured window, a batch ahead of their Allocates
 ASSIGNED = "volcano.sh/gpu-assigned"
 PRODUCT_SYNC = ledger.SYNCHRONOUS
 # `deviceplugin run` with the ledger's synchronous level from its first argument.
@@ -182,6 +188,8 @@ def main() -> int:
         )
     if args.window > args.allocations:
         parser.error("--window must not exceed --allocations")
+    if args.window % ADMITTED:
+        parser.error(f"--window must be a multiple of {ADMITTED}")
     levels = args.ledger_sync or [PRODUCT_SYNC, *({"FULL", "NORMAL"} - {PRODUCT_SYNC})]
     results: dict[str, Sequence[Run]] = {}
     for level in levels:
@@ -233,13 +241,26 @@ def allocate_request(node: Node, n: int) -> pb.AllocateRequest:
 
 
 def paced(
-    plugin: deviceplugin_grpc.DevicePluginStub, node: Node, first: int, count: int, pace_s: float
+    plugin: deviceplugin_grpc.DevicePluginStub,
+    api: Connection,
+    node: Node,
+    first: int,
+    count: int,
+    *,
+    pace_s: float,
 ) -> tuple[list[float], list[float]]:
-    """Allocates for pods first.. every `pace_s`, an empty RPC halfway between two: both in ms."""
+    """Allocates for pods first.. every `pace_s`, an empty RPC halfway between two: both in ms.
+    The first batch of `ADMITTED` pods is bound already; each next one is bound as the batch
+    before it starts, then half a pace passes (the daemon takes in the new pods as it would
+    between two admissions)."""
     allocates: list[float] = []
     empties: list[float] = []
     due = time.perf_counter()
     for n in range(first, first + count):
+        ahead = n + ADMITTED
+        if (n - first) % ADMITTED == 0 and ahead < first + count:
+            ask(api, "create", ahead, min(ADMITTED, first + count - ahead))
+            due = max(due, time.perf_counter() + pace_s / 2)
         request = allocate_request(node, n)
         for calls, method, message in (
             (allocates, plugin.Allocate, request),
@@ -284,21 +305,22 @@ def measure(api: Connection, socket: Path, args: argparse.Namespace, node: Node,
         plugin = deviceplugin_grpc.DevicePluginStub(channel)
         plugin.GetDevicePluginOptions(pb.Empty(), timeout=30)
         time.sleep(2)  # the daemon's start-up work done
-        # Each window starts with the same pods pending: its own and the last one.
-        ask(api, "create", 0, window)
+        # Each window starts with the same pods pending: its first batch and the last pod.
+        ask(api, "create", 0, ADMITTED)
         time.sleep(1)
         started = time.time()
-        fresh, fresh_empty = paced(plugin, node, 0, window, pace_s)
+        fresh, fresh_empty = paced(plugin, api, node, 0, window, pace_s=pace_s)
         fresh_ended = time.time()
         fill = []
         for first in range(window, args.allocations, FILL_CHUNK):
             count = min(FILL_CHUNK, args.allocations - first)
             ask(api, "create", first, count)
             fill += back_to_back(plugin, node, first, count)
-        ask(api, "create", args.allocations, window)
         settle(api, args.allocations)
+        ask(api, "create", args.allocations, ADMITTED)
+        time.sleep(1)
         after_started = time.time()
-        after, after_empty = paced(plugin, node, args.allocations, window, pace_s)
+        after, after_empty = paced(plugin, api, node, args.allocations, window, pace_s=pace_s)
         ended = time.time()
         # Kubelet offers every free ID; the daemon should pick the pending pod's GPU.
         used = [-(-(pods - gpu) // node.gpus) * node.units for gpu in range(node.gpus)]
