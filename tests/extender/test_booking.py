@@ -8,7 +8,19 @@ from collections.abc import Iterator
 import pytest
 
 from kubesim.apiserver import ApiServerEmulator
-from tests.extender.conftest import StartExtender, create_pod, eventually, memory_pod, share_node
+from tests.extender.conftest import (
+    StartExtender,
+    create_pod,
+    eventually,
+    gpu_pod,
+    gpu_uuid,
+    memory_pod,
+    share_node,
+    vgpu_node,
+)
+
+VGPU_IDS = "volcano.sh/vgpu-ids-new"
+VGPU_4000 = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "4000"}
 
 
 @pytest.fixture
@@ -71,3 +83,27 @@ def test_a_finished_pod_lingering_on_the_node_books_nothing(
     eventually(lambda: extender.client.filter(pod, ["n1"])["NodeNames"] == [])
     _set_phase(apiserver, done["metadata"]["name"], "Succeeded")
     eventually(lambda: extender.client.filter(pod, ["n1"])["NodeNames"] == ["n1"])
+
+
+def test_a_vgpu_pod_with_two_containers_on_one_card_is_booked_once_by_volcano(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """Volcano's AddResource books a pod once per card (its first device there); the default
+    books every container's device, so the card's other 8000 MiB are not offered twice."""
+    apiserver.create("nodes", vgpu_node("n1", gpus=1, memory=16000))
+    default, volcano = start_extender(strategy="vgpu"), start_extender(strategy="vgpu", compat="volcano")
+    card = gpu_uuid("n1", 0)
+    both = f"{card},NVIDIA,4000,10:;{card},NVIDIA,4000,10:"
+    pair = gpu_pod("pair", VGPU_4000, node="n1", annotations={VGPU_IDS: both})
+    pair["spec"]["containers"].append({**pair["spec"]["containers"][0], "name": "second"})
+    create_pod(apiserver, pair)
+    for extender, free in ((default, 8000), (volcano, 12000)):
+        client = extender.client
+        eventually(lambda: client.filter(vgpu_probe(16000), ["n1"])["NodeNames"] == [])  # noqa: B023
+        assert client.filter(vgpu_probe(free), ["n1"])["NodeNames"] == ["n1"]
+        assert client.filter(vgpu_probe(free + 1), ["n1"])["NodeNames"] == []
+
+
+
+def vgpu_probe(memory: int) -> dict[str, object]:
+    return gpu_pod("probe", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": str(memory)})
