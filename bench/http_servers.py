@@ -12,6 +12,10 @@ Floor: the same JSON work in-process without HTTP, in the same run; ratios are t
 Abuse: 1,000 half-open connections (threads and RSS of the server process, and whether a normal
 request is answered while they are open), one 200 MB POST (the server's peak RSS), one client that
 trickles its headers a byte every 100 ms (is it cut off within 15 s?).
+Rows (`report.record`) for the product's server, `bounded`: filter-shaped POST p50 <= 3x the floor
+(the ratio issue 15 allows the extender over the same JSON work); GET p50 <= 1 ms (replies go out
+in one write with TCP_NODELAY: none waits ~40 ms for a delayed ACK); a request answered while
+1,000 half-open connections are held, with a bounded thread count.
 Run: `.venv/bin/python bench/http_servers.py` (`--requests N`).
 """
 
@@ -35,12 +39,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from report import Row, record
+
 MiB = 1 << 20
 WORKERS, CONNECTIONS, TIMEOUT_S, MAX_BODY = 4, 256, 5, 8 * MiB
 SIZES = (5000, 20000)
 HALF_OPEN = 1000
 BIG_POST = 200 * 1000 * 1000
 SERVERS = ("stdlib", "bounded", "waitress", "uvicorn")
+PRODUCT = "bounded"
+FLOOR_RATIO = 3.0
+GET_BAR_US = 1000.0
+MAX_THREADS = 16  # the loop thread, the worker pool and a few of the interpreter's
 
 
 def node_names(count: int) -> list[str]:
@@ -396,6 +406,7 @@ def main() -> int:
         f"{'x floor':>7} {'GET us':>7} {'8-client rps':>12} | {'1k half-open':>20} {'answered':>9} | "
         f"{'200 MB POST':>24} {'peak MiB':>8} | trickled headers"
     )
+    rows: list[Row] = []
     for name in SERVERS:
         if not available(name):
             print(f"{name:9} not installed")
@@ -406,7 +417,12 @@ def main() -> int:
                 samples = post_ms(port, bodies[size], args.requests)
                 p50 = statistics.median(samples)
                 row.append(f"{p50:10.2f} {percentile(samples, 0.99):7.2f} {p50 / floors[size]:7.2f}")
-            row.append(f"{small_get_us(port, args.requests * 20):7.0f}")
+                if name == PRODUCT:
+                    what = f"{name} HTTP server, filter-shaped POST p50, {size:,} names"
+                    ok = p50 <= FLOOR_RATIO * floors[size]
+                    rows.append(Row(what, p50, "ms", floors[size], f"<= {FLOOR_RATIO:g}x floor", ok))
+            get_us = small_get_us(port, args.requests * 20)
+            row.append(f"{get_us:7.0f}")
             row.append(f"{concurrent_rps(port, 8, args.requests * 5):12.0f}")
             threads, rss, answered = half_open(pid, port)
             row.append(f"| {threads:5d} thr +{rss:6.1f} MiB {answered:>9} |")
@@ -414,7 +430,22 @@ def main() -> int:
             row.append(f"{status:>24} {peak:8.0f} |")
             row.append(trickle(port))
             print(" ".join(row), flush=True)
-    return 0
+            if name == PRODUCT:
+                rows.append(
+                    Row(
+                        f"{name} HTTP server, GET /healthz p50",
+                        get_us,
+                        "µs",
+                        None,
+                        "<= 1,000 µs",
+                        get_us <= GET_BAR_US,
+                    )
+                )
+                held = f"{name} HTTP server threads, {HALF_OPEN:,} half-open connections held"
+                ok = answered != "-" and threads <= MAX_THREADS
+                rows.append(Row(held, threads, "threads", None, f"request answered, <= {MAX_THREADS}", ok))
+    record(rows)
+    return 0 if all(row.passed for row in rows) else 1
 
 
 if __name__ == "__main__":
