@@ -2,20 +2,24 @@
 
 One process holds what the daemon's Allocate and outbox use (the pod cache, a real ledger on disk,
 the share-mode allocator, the outbox worker); the API-server emulator runs in a process of its own
-at a lower CPU priority (`--api-nice`), as a real API server runs on other machines. CPU is the
-calling thread's (`time.thread_time`): the allocator and the outbox's passes run in the main thread,
-so the pod cache's watch thread and the emulator are not counted on either side. An Allocate queues
-a pod's `gpu-assigned` and the release of Volcano's node lock, and its gRPC framing is not counted:
-the floor is the least an Allocate costs.
+at a lower CPU priority (`--api-nice`), as a real API server runs on other machines. CPU is per
+thread (`time.thread_time`, the worker thread's CPU clock): the pod cache's watch thread and the
+emulator are counted on neither side. An Allocate queues a pod's `gpu-assigned` and the release of
+Volcano's node lock; its gRPC framing is not counted, so the floor is the least an Allocate costs.
+Pods are admitted 10 at a time, as a node has few pending, so that the floor carries no pending
+list a node does not have.
 
-Two shapes, each measured on its own pods:
-- paced: every Allocate is followed by the outbox pass it wakes, as a lone Allocate's patches go out
-  at once (one pod patch and one lock release per pass);
-- backlog: `--backlog` Allocates back to back, then the outbox drains what they queued, in batches.
-The value is the outbox's CPU per pod patched (its lock release included), the floor the mean CPU
-of the same Allocates; the figures are the median of `--runs` runs (fresh processes and ledgers).
-`--profile` prints where the outbox's passes spend their CPU (cProfile, one run).
-Run: `.venv/bin/python bench/outbox.py [--paced 500] [--backlog 2000] [--runs 3] [--profile]`.
+Three shapes, each on its own pods:
+- lone: every Allocate is followed by the outbox pass it wakes, run in the main thread, as a lone
+  Allocate's patches go out at once (a pod patch and a lock release per pass);
+- stream: the worker thread runs as in the daemon while Allocates come every `--pace-ms` (as
+  bench/allocate.py paces them): its passes gather what arrived since the last;
+- backlog: `--backlog` Allocates back to back, then passes in the main thread drain the outbox.
+Each row is the outbox's CPU per pod patched (its share of the lock releases included: an
+Allocate's patches), median of `--runs` runs (fresh processes and ledgers); the floor, for every
+row, the mean CPU of the lone shape's Allocates (median of the runs).
+`--profile` prints where the main thread's outbox passes spend their CPU (cProfile, one run).
+Run: `.venv/bin/python bench/outbox.py [--lone 500] [--stream 500] [--backlog 2000] [--runs 3]`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pstats
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -114,7 +119,8 @@ class Shape:
 
 @dataclass(frozen=True)
 class Run:
-    paced: Shape
+    lone: Shape
+    stream: Shape
     backlog: Shape
 
 
@@ -180,7 +186,7 @@ def patches(api: Connection) -> tuple[int, int]:
     return int(assigned), int(requests)
 
 
-def paced(node: Node, api: Connection, first: int, count: int, profile: cProfile.Profile | None) -> Shape:
+def lone(node: Node, api: Connection, first: int, count: int, profile: cProfile.Profile | None) -> Shape:
     allocate_s = outbox_s = 0.0
     before = patches(api)[1]
     for chunk in range(first, first + count, ADMITTED):
@@ -188,6 +194,31 @@ def paced(node: Node, api: Connection, first: int, count: int, profile: cProfile
         for n in range(chunk, chunk + ADMITTED):
             allocate_s += node.allocate(n)
             outbox_s += node.drain(profile)
+    return Shape(outbox_s, allocate_s, count, patches(api)[1] - before)
+
+
+def stream(node: Node, api: Connection, first: int, count: int, pace_s: float) -> Shape:
+    """Allocates every `pace_s` with the worker thread running; its CPU up to an empty outbox."""
+    node.admit(api, first, count)
+    before = patches(api)[1]
+    node.outbox.start()
+    try:
+        worker = next(thread for thread in threading.enumerate() if thread.name == "outbox")
+        assert worker.ident is not None
+        clock = time.pthread_getcpuclockid(worker.ident)
+        began, allocate_s, due = time.clock_gettime(clock), 0.0, time.perf_counter()
+        for n in range(first, first + count):
+            time.sleep(max(0.0, due - time.perf_counter()))
+            due += pace_s
+            allocate_s += node.allocate(n)
+        deadline = time.monotonic() + 60
+        while node.ledger.outbox_size():
+            if time.monotonic() > deadline:
+                raise SystemExit("the outbox worker did not catch up within 60 s")
+            time.sleep(0.01)
+        outbox_s = time.clock_gettime(clock) - began
+    finally:
+        node.outbox.stop()
     return Shape(outbox_s, allocate_s, count, patches(api)[1] - before)
 
 
@@ -211,10 +242,11 @@ def one_run(args: argparse.Namespace, profile: cProfile.Profile | None) -> Run:
         node = Node(work, conn.recv())
         with node.running():
             run = Run(
-                paced(node, conn, 0, args.paced, profile),
-                backlog(node, conn, args.paced, args.backlog, profile),
+                lone=lone(node, conn, 0, args.lone, profile),
+                backlog=backlog(node, conn, args.lone, args.backlog, profile),
+                stream=stream(node, conn, args.lone + args.backlog, args.stream, args.pace_ms / 1000),
             )
-        if patches(conn)[0] != args.paced + args.backlog:
+        if patches(conn)[0] != args.lone + args.backlog + args.stream:
             raise SystemExit("a pod was not marked assigned: the outbox lost a patch")
     finally:
         with contextlib.suppress(OSError):
@@ -228,22 +260,24 @@ def one_run(args: argparse.Namespace, profile: cProfile.Profile | None) -> Run:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--paced", type=int, default=500, help="pods allocated one pass at a time")
-    parser.add_argument("--backlog", type=int, default=2000, help="pods allocated before one drain")
+    parser.add_argument("--lone", type=int, default=500, help="Allocates each followed by its pass")
+    parser.add_argument("--stream", type=int, default=500, help="Allocates paced, the worker running")
+    parser.add_argument("--pace-ms", type=float, default=4.0, help="between two Allocates of the stream")
+    parser.add_argument("--backlog", type=int, default=2000, help="Allocates queued before one drain")
     parser.add_argument("--runs", type=int, default=3, help="the figures are the median of the runs")
     parser.add_argument("--profile", action="store_true", help="print the outbox's profile (one run)")
     parser.add_argument("--api-nice", type=int, default=10, help="CPU niceness of the API emulator")
     args = parser.parse_args()
-    if (args.paced + args.backlog) * UNITS > sum(gpu.memory_mib for gpu in GPUS):
+    if (args.lone + args.backlog + args.stream) * UNITS > sum(gpu.memory_mib for gpu in GPUS):
         parser.error("the pods do not fit in the GPUs")
-    if args.paced % ADMITTED or args.backlog % ADMITTED:
-        parser.error(f"--paced and --backlog must be multiples of {ADMITTED}")
+    if args.lone % ADMITTED or args.backlog % ADMITTED:
+        parser.error(f"--lone and --backlog must be multiples of {ADMITTED}")
     profile = cProfile.Profile(time.thread_time) if args.profile else None  # CPU, not waits
     runs = []
     for number in range(1 if profile else args.runs):
         run = one_run(args, profile)
         runs.append(run)
-        for name, shape in (("paced", run.paced), ("backlog", run.backlog)):
+        for name, shape in (("lone", run.lone), ("stream", run.stream), ("backlog", run.backlog)):
             print(
                 f"run {number + 1} {name}: per pod, outbox {shape.outbox_s / shape.pods * 1e6:.0f} µs CPU "
                 f"({shape.requests / shape.pods:.2f} PATCH requests), "
@@ -254,9 +288,12 @@ def main() -> int:
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
         pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
         return 0  # profiled figures are not the product's
-    floor = statistics.median(r.paced.allocate_s / r.paced.pods for r in runs) * 1e6
+    floor = statistics.median(r.lone.allocate_s / r.lone.pods for r in runs) * 1e6
     rows = [
-        row(f"outbox CPU per pod patch, {args.paced} paced Allocates", [r.paced for r in runs], floor),
+        row(f"outbox CPU per pod patch, {args.lone} lone Allocates", [r.lone for r in runs], floor),
+        row(
+            f"outbox CPU per pod patch, Allocates every {args.pace_ms:g} ms", [r.stream for r in runs], floor
+        ),
         row(f"outbox CPU per pod patch, backlog of {args.backlog}", [r.backlog for r in runs], floor),
     ]
     record(rows)
