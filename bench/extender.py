@@ -349,9 +349,9 @@ def _rss_kb() -> int:
 
 def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int) -> None:
     """Child: the extender on a free port; prints its port and RSS, serves until stdin closes."""
-    from deviceplugin.extender.app import Extender  # noqa: PLC0415
+    from deviceplugin.extender.app import Extender, settle  # noqa: PLC0415
     from deviceplugin.extender.config import ExtenderConfig  # noqa: PLC0415
-    from deviceplugin.memory import freeze_startup_objects, return_large_buffers_to_the_os  # noqa: PLC0415
+    from deviceplugin.memory import return_large_buffers_to_the_os  # noqa: PLC0415
 
     config = ExtenderConfig(
         strategy=strategy, policy="binpack", kubeconfig=Path(kubeconfig), log_level="warning"
@@ -365,7 +365,7 @@ def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int) -> 
     if not extender.synced():
         raise RuntimeError("the extender's caches did not sync")
     sync_s = time.perf_counter() - began
-    freeze_startup_objects()  # as `deviceplugin extender` does once its caches sync
+    settle()  # as `deviceplugin extender` does once its caches sync
     filled_kb = _rss_kb()
     if profile_cycles:
         _profile(extender, strategy, profile_cycles)

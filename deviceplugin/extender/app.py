@@ -6,6 +6,8 @@ SIGTERM or SIGINT (the `deviceplugin extender` command).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import signal
 import threading
 from types import TracebackType
@@ -126,6 +128,17 @@ class Extender:
         self.stop()
 
 
+def settle() -> None:
+    """Once the caches hold the cluster: keep what they hold out of the collector's full passes
+    (a pass walked every cached object: 250-300 ms stalls at 5,000 nodes), and give the OS back
+    the free pages the first lists left scattered in the C heap (malloc_trim; ~1 KB per node)."""
+    freeze_startup_objects()
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):  # glibc; elsewhere nothing to do
+        libc.malloc_trim(0)
+
+
 def run(config: ExtenderConfig) -> int:
     """Serve until SIGTERM or SIGINT."""
     stopping = threading.Event()
@@ -146,8 +159,7 @@ def run(config: ExtenderConfig) -> int:
         frozen = False
         while not stopping.wait(1.0):
             if not frozen and extender.synced():
-                # The caches now hold the cluster: full collections no longer walk every object.
-                freeze_startup_objects()
+                settle()
                 frozen = True
     finally:
         extender.stop()

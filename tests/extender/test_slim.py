@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from deviceplugin.extender.inventory import Inventory, _signature, other_strategy
-from deviceplugin.extender.slim import Record, extender_node, extender_pod
+from deviceplugin.extender.slim import Record, extender_node, extender_pod, record
 from deviceplugin.fit import FitInputError, GpuState, holds_gpus
 from deviceplugin.fit.families import family_of
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG
@@ -217,10 +217,12 @@ def test_pods_of_one_template_share_their_containers() -> None:
 
 def test_a_record_reads_as_the_dict_it_was_made_from() -> None:
     source = {"name": "p", "uid": "u", "n": 1}
-    record = Record(source)
-    assert record == source and dict(record) == source and len(record) == 3
-    assert record["uid"] == "u" and record.get("n") == 1 and record.get("missing", 7) == 7
-    assert "name" in record and "missing" not in record
+    made = record(source)
+    assert isinstance(made, Record)
+    assert made == source and dict(made) == source and len(made) == 3
+    assert made["uid"] == "u" and made.get("n") == 1 and made.get("missing", 7) == 7
+    assert "name" in made and "missing" not in made
     with pytest.raises(KeyError):
-        record["missing"]
-    assert {**record, "n": 2} == {"name": "p", "uid": "u", "n": 2}
+        made["missing"]
+    assert {**made, "n": 2} == {"name": "p", "uid": "u", "n": 2}
+    assert type(record({"name": "q", "uid": "v", "n": 2})) is type(made)  # one class per key set
