@@ -105,6 +105,7 @@ def main() -> int:
         ("deviceplugin run", daemon_ms, daemon),
     ):
         print(f"{name:22} start -> Register {value:6.0f} ms  {sorted(round(s * 1000) for s in samples)}")
+    # `run --help` imports what `run`'s options are made of (deviceplugin.config); no target of its own
     print(f"python -c pass {bare_ms:.0f} ms, --help {help_ms:.0f} ms, run --help {run_help_ms:.0f} ms")
     rows = [
         Row(
@@ -115,16 +116,13 @@ def main() -> int:
             f"ratio <= {RATIO:g} (floor: minimal grpcio plugin)",
             daemon_ms <= RATIO * floor_ms,
         ),
-        *(
-            Row(
-                f"`deviceplugin {what}` wall time",
-                value,
-                "ms",
-                bare_ms,
-                f"ratio <= {HELP_RATIO:g} (floor: python -c pass)",
-                value <= HELP_RATIO * bare_ms,
-            )
-            for what, value in (("--help", help_ms), ("run --help", run_help_ms))
+        Row(
+            "`deviceplugin --help` wall time",
+            help_ms,
+            "ms",
+            bare_ms,
+            f"ratio <= {HELP_RATIO:g} (floor: python -c pass)",
+            help_ms <= HELP_RATIO * bare_ms,
         ),
     ]
     record(rows)
