@@ -101,6 +101,7 @@ class NodeStatusReporter:
         self._transition = ""  # when the posted status last changed
         self._heartbeat = ""  # when kubelet last posted
         self._boot_id = str(uuid.uuid4())
+        self._uid = ""  # the Node's, once read
         self._worker = Worker(f"node-status-{node}", self._run, interrupt=self._wake.set)
 
     # ---------------------------------------------------------------- the kubelet's side
@@ -145,13 +146,19 @@ class NodeStatusReporter:
         if changed:
             self._transition = now
         status = self._status(devices, now) if up else {"conditions": self._unknown(now)}
-        written = self._kube.patch_node_status(self.node, {"status": status})
+        self._kube.patch_node_status(self.node, {"status": status})
         self._posted_ready = up
         if up:
             self._heartbeat = now
-            self._renew_lease(str(written["metadata"]["uid"]))
+            self._renew_lease(self._node_uid())
         if changed:
             self._record(up)
+
+    def _node_uid(self) -> str:
+        """The Node's UID, which owns its Lease (the product's PATCH answers nothing: read once)."""
+        if not self._uid:
+            self._uid = str(self._kube.get_node(self.node)["metadata"]["uid"])
+        return self._uid
 
     def _renew_lease(self, node_uid: str) -> None:
         """Create or renew the node's Lease (one server-side apply does both), owned by the Node."""

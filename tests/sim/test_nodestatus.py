@@ -171,9 +171,13 @@ def test_a_stopped_kubelet_leaves_the_node_not_ready_until_it_serves_again(
 
     node.kubelet.start()
     assert node.shows(lambda s: ready_of(s).get("status") == "True")
+    # The Event follows the status write that made the node Ready: wait for it, not for the status.
+    expected = ["NodeNotReady"] + ["NodeReady"] * 2
+    posted = node.emulator.list
+    assert wait_until(lambda: sorted(e["reason"] for e in posted("events", "default")) == expected)
     events = cells(kubectl("get", "events").stdout)
     assert events[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
-    assert sorted(row[2] for row in events[1:]) == ["NodeNotReady", "NodeReady", "NodeReady"]
+    assert sorted(row[2] for row in events[1:]) == expected
     assert {(row[3], row[4]) for row in events[1:]} == {
         (f"node/{NODE}", f"Node {NODE} status is now: NodeReady"),
         (f"node/{NODE}", f"Node {NODE} status is now: NodeNotReady"),
