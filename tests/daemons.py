@@ -16,7 +16,7 @@ from deviceplugin.gpu.fake import fake_uuid
 from kubesim.kubelet import KubeletEmulator, ResourceState
 from tests.kube.waiting import wait_for
 
-TIMEOUT_S = 20.0
+TIMEOUT_S = 60.0  # a bound on waits, not a timing: a loaded 2-core runner took over 20 s to start a daemon
 NODE = "node-1"  # the daemon's node in the end-to-end tests
 VGPU = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
 GPU0, GPU1 = fake_uuid(0), fake_uuid(1)
