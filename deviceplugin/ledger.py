@@ -214,6 +214,39 @@ class Holding:
 NOTHING = Holding({}.keys())  # a ledger that holds nothing, ever
 
 
+class HeldElsewhere:
+    """The containers (pod UID, container) the ledger holds a live row of for another resource
+    than `resource`, as of now: a view that Allocate asks on every call, answered from the asked
+    pod's own rows (a handful), so a question costs the same with 10 or 10,000 rows live. True
+    when any other resource holds a row. Membership only, as `Holding`."""
+
+    __slots__ = ("_by_pod", "_by_resource", "_lock", "_resource")
+
+    def __init__(
+        self,
+        by_pod: Mapping[str, set[Key]],
+        by_resource: Mapping[str, set[Key]],
+        lock: threading.RLock,
+        resource: str,
+    ) -> None:
+        self._by_pod = by_pod
+        self._by_resource = by_resource
+        self._lock = lock  # the ledger's: its indexes change under it, from other threads
+        self._resource = resource
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2:
+            return False
+        uid, container = item
+        with self._lock:
+            rows = self._by_pod.get(uid, ())
+            return any(held == container and other != self._resource for _, held, other in rows)
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return any(name != self._resource for name in self._by_resource)
+
+
 # An outbox entry due now, unless it is a pod's held back (parameters: now, the last id held back).
 _DUE = "next_attempt_at <= ? AND (target = 'node' OR id > ?)"
 
@@ -622,12 +655,9 @@ class Ledger:
         with self._lock:
             return frozenset(self._live)
 
-    def served_except(self, resource: str) -> frozenset[Key]:
-        """The live keys of every other resource than `resource`: a copy of those alone, empty at
-        no cost on a node where no other resource holds rows."""
-        with self._lock:
-            others = [keys for name, keys in self._by_resource.items() if name != resource]
-            return frozenset().union(*others) if others else frozenset()
+    def containers_held_except(self, resource: str) -> HeldElsewhere:
+        """The containers served for another resource than `resource`: a live view (no copy)."""
+        return HeldElsewhere(self._by_pod, self._by_resource, self._lock, resource)
 
     def release_pod(self, pod_uid: str, reason: str) -> int:
         """Mark every live allocation of the pod released; returns how many."""

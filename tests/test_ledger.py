@@ -504,12 +504,16 @@ def test_a_new_ledger_logs_its_schema_and_a_replaced_one_where_the_old_went(
 def test_the_live_view_and_its_indexes_agree_with_a_fresh_ledger_through_every_change(
     tmp_path: Path,
 ) -> None:
-    """What Allocate and release read in memory (`holding`, `served_except`, a pod's rows, rows by
-    device IDs) is kept as rows change, not rebuilt: after each change it must say what a ledger
-    opened afresh on the same file says, and `vacated` counts each time keys left."""
+    """What Allocate and release read in memory (`holding`, `containers_held_except`, a pod's rows,
+    rows by device IDs) is kept as rows change, not rebuilt: after each change it must say what a
+    ledger opened afresh on the same file says, and `vacated` counts each time keys left. The
+    views of containers held for another resource, taken once, answer as the set identify built
+    from a copy of the live keys did: each (pod UID, container) with a row of another resource,
+    true while any other resource holds a row."""
     path = tmp_path / "l.db"
     ledger = Ledger(path)
     memory, number = "volcano.sh/gpu-memory", "volcano.sh/vgpu-number"
+    views = {resource: ledger.containers_held_except(resource) for resource in (memory, number)}
 
     def on(uid: str, container: str, resource: str, ids: tuple[str, ...]) -> Allocation:
         return dataclasses.replace(allocation(uid, container, ids), resource=resource)
@@ -523,32 +527,43 @@ def test_the_live_view_and_its_indexes_agree_with_a_fresh_ledger_through_every_c
                 (u, c, r) for u in ("a", "b", "c") for c in ("main", "side") for r in (memory, number)
             }
             assert {key for key in probes if key in ledger.holding} == keys
-            for resource in (memory, number):
-                assert ledger.served_except(resource) == {key for key in keys if key[2] != resource}
+            pairs = {(u, c) for u in ("a", "b", "c", "d") for c in ("main", "side")}
+            for resource, view in views.items():
+                replaced = {(uid, container) for uid, container, other in keys if other != resource}
+                assert {pair for pair in pairs if pair in view} == replaced
+                assert bool(view) == any(other != resource for _, _, other in keys)
+                assert ("a", "main", number) not in view  # a key is no container
             for row in fresh.active():
                 assert ledger.find_by_devices(row.resource, row.device_ids) == row
             assert ledger.live_count() == fresh.live_count()
         finally:
             fresh.close()
 
+    agrees()  # nothing held: every view false
     ledger.record(on("a", "main", memory, ("0-1",)))
+    agrees()  # one resource: the other's view true, its own false
     ledger.record(on("a", "side", number, ("GPU-0",)))
     ledger.record(on("b", "main", memory, ("0-2",)))
+    ledger.record(on("b", "main", number, ("GPU-1",)))  # one container held for both resources
     agrees()
     assert ledger.holding.vacated == 0
     assert ledger.release_pod("a", "pod deleted") == 2
     agrees()
     assert ledger.holding.vacated == 1
+    assert ("a", "main") not in views[number] and ("a", "side") not in views[memory]
     assert ledger.release_pod("a", "again: nothing left") == 0
     assert ledger.holding.vacated == 1
     ledger.record(on("a", "main", memory, ("0-3",)))  # the UID served again after its release
     agrees()
+    assert ("a", "main") in views[number]
     ledger.reassign([Move(("b", "main", memory), "c", "ml", "pod-c", "main")])
     agrees()
+    assert ("c", "main") in views[number] and ("b", "main") in views[memory]
     assert ledger.holding.vacated == 2
     ledger.close()
     ledger = Ledger(path)  # a restart reads the same set back
+    views = {resource: ledger.containers_held_except(resource) for resource in views}
     agrees()
     assert ledger.release_pod("c", "pod deleted") == 1
     agrees()
-    assert ledger.served() == {("a", "main", memory)}
+    assert ledger.served() == {("a", "main", memory), ("b", "main", number)}

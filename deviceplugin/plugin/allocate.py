@@ -248,6 +248,7 @@ class PodAllocator(Generic[P]):
         self.pending: PendingPods[P] = PendingPods(self._read_pod, pods.rejections, ledger.holding)
         self.pending.follow(pods)
         self.identifier = Identifier(self.resource, pod_resources, self.stats.resolved)
+        self._siblings = ledger.containers_held_except(self.resource)  # a live view, asked per call
         # Rows kubelet's records have yet to confirm: those recorded when the pod could not be told
         # apart from another, and every later one while any is left (the next pod asking the same
         # count may be the one the first was taken for). Rows from before a restart are checked once.
@@ -361,7 +362,7 @@ class PodAllocator(Generic[P]):
         distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need in window}) > 1
         (pod, need), sure = self.identifier.pick(
             window,
-            self.ledger.served_except(self.resource),  # a container served for another resource
+            self._siblings,  # a container served for another resource
             deadline,
             distinct=distinct,
             keep=keep,

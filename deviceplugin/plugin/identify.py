@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
-from deviceplugin.ledger import Key
 from deviceplugin.logs import get_log
 from deviceplugin.plugin.pending import ContainerNeed, PendingPod
 from deviceplugin.plugin.podresources import Listing, connect, list_with
@@ -53,14 +52,9 @@ def by_listing(candidates: Sequence[C], listing: Listing, resource: str) -> list
     return started or admitting
 
 
-def served_containers(served: Iterable[Key], resource: str) -> set[tuple[str, str]]:
-    """(pod UID, container) of each of the ledger's keys for another resource than `resource`."""
-    return {(uid, container) for uid, container, other in served if other != resource}
-
-
 def by_siblings(candidates: Sequence[C], containers: Container[tuple[str, str]]) -> list[C]:
-    """The candidates whose container the ledger holds for another resource (`containers`:
-    `served_containers`), each looked up."""
+    """The candidates whose container the ledger holds for another resource (`containers`: the
+    ledger's `containers_held_except`), each looked up."""
     return [c for c in candidates if (c[0].uid, c[1].name) in containers]
 
 
@@ -87,7 +81,7 @@ class Identifier:
     def pick(
         self,
         candidates: Sequence[C],
-        served: frozenset[Key],
+        siblings: Container[tuple[str, str]],
         deadline: float,
         *,
         distinct: bool,
@@ -96,8 +90,9 @@ class Identifier:
     ) -> tuple[C, bool]:
         """The candidate kubelet is admitting, as far as can be told, and whether kubelet's own
         records told it. `candidates`: the earliest few; `more()`: the later ones, looked at when
-        none of those is the one; `distinct`: the candidates would not all get the same; `keep`:
-        hold the List answer for the Allocate that follows."""
+        none of those is the one; `siblings`: the (pod UID, container) the ledger holds for another
+        resource, false when it holds none; `distinct`: the candidates would not all get the same;
+        `keep`: hold the List answer for the Allocate that follows."""
         if len(candidates) == 1:
             return candidates[0], True
         if not distinct:
@@ -116,9 +111,8 @@ class Identifier:
         ):
             return self._decided(kept, "pod-resources"), len(kept) == 1
         # No other resource holds a row (every share or number node): the ledger tells nothing, so
-        # the later candidates are not walked for it. Otherwise its containers are gathered once.
-        containers = served_containers(served, self.resource) if served else ()
-        if containers and (kept := by_siblings(candidates, containers) or by_siblings(rest(), containers)):
+        # the later candidates are not walked for it. Otherwise each candidate is looked up.
+        if siblings and (kept := by_siblings(candidates, siblings) or by_siblings(rest(), siblings)):
             return self._decided(kept, "ledger"), False
         return self._decided(candidates, "arrival"), False
 

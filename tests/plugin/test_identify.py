@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
+from deviceplugin.ledger import Allocation, Key, Ledger
 from deviceplugin.plugin import identify
 from deviceplugin.plugin.identify import LISTING_REUSE_S, Identifier
 from deviceplugin.plugin.pending import ContainerNeed, PendingPod
@@ -66,26 +67,31 @@ def test_without_pod_resources_the_ledger_then_arrival_decide(tmp_path: Path) ->
     identifier = Identifier(MEM, tmp_path / "no-kubelet.sock", counts)
     first = [candidate("a"), candidate("b")]
     deadline = time.monotonic() + 5
-    sibling = frozenset({("uid-b", "main", NUMBER)})  # b's container was served for another resource
+    sibling = frozenset({("uid-b", "main")})  # b's container was served for another resource
     assert identifier.pick(first, sibling, deadline, distinct=True, keep=False)[0][0].name == "b"
     chosen, sure = identifier.pick(first, frozenset(), deadline, distinct=True, keep=False)
     assert (chosen[0].name, sure) == ("a", False)
     assert counts == {(MEM, "ledger"): 1, (MEM, "arrival"): 1}
 
 
-def chosen_by_ledger(served: frozenset[tuple[str, str, str]], later: list[str]) -> tuple[str, str]:
-    """Without kubelet's records: the name picked among a, b (then `later`) and what decided."""
+def chosen_by_ledger(path: Path, served: set[Key], later: list[str]) -> tuple[str, str]:
+    """Without kubelet's records, a ledger at `path` holding the `served` rows: the name picked
+    among a, b (then `later`) and what decided."""
+    ledger = Ledger(path)
+    for uid, name, resource in served:
+        ledger.record(Allocation(uid, "ml", uid, name, resource, (), (f"{uid}-{name}",), b""))
     counts: Counter[tuple[str, str]] = Counter()
     identifier = Identifier(MEM, None, counts)
     picked, _ = identifier.pick(
         [candidate("a"), candidate("b")],
-        served,
+        ledger.containers_held_except(MEM),
         time.monotonic() + 5,
         distinct=True,
         keep=False,
         more=lambda: [candidate(name) for name in later],
     )
     ((_, signal),) = counts
+    ledger.close()
     return picked[0].name, signal
 
 
@@ -101,12 +107,12 @@ def chosen_by_ledger(served: frozenset[tuple[str, str, str]], later: list[str]) 
     ],
 )
 def test_the_ledger_points_at_a_container_served_for_another_resource_only(
-    served: set[tuple[str, str, str]], expected: tuple[str, str]
+    tmp_path: Path, served: set[Key], expected: tuple[str, str]
 ) -> None:
     """Whether or not the later candidates are walked for the ledger's signal (they are not when no
     other resource holds a row), a container served for another resource is the one, wherever it
     ranks, and nothing else is."""
-    assert chosen_by_ledger(frozenset(served), ["c", "d"]) == expected
+    assert chosen_by_ledger(tmp_path / "ledger.db", served, ["c", "d"]) == expected
 
 
 def test_on_a_vgpu_node_the_number_allocate_goes_to_the_container_whose_memory_was_served(
@@ -220,7 +226,7 @@ def test_only_kubelets_records_make_a_choice_sure(tmp_path: Path) -> None:
     assert identifier.pick(only, frozenset(), deadline, distinct=True, keep=False) == (only[0], True)
     both = [candidate("a"), candidate("b")]
     assert identifier.pick(both, frozenset(), deadline, distinct=False, keep=False) == (both[0], False)
-    sibling = frozenset({("uid-b", "main", NUMBER)})
+    sibling = frozenset({("uid-b", "main")})
     assert identifier.pick(both, sibling, deadline, distinct=True, keep=False) == (both[1], False)
     assert counts == {(MEM, "same-placement"): 1, (MEM, "ledger"): 1}
 
