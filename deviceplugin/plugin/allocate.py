@@ -359,7 +359,7 @@ class PodAllocator(Generic[P]):
         window = self.pending.matching(served, units, limit=IDENTIFY_WINDOW)
         if not window:
             return None
-        distinct = self.pod_specific or len({self._outcome(pod, need) for pod, need in window}) > 1
+        distinct = self.pod_specific or self._differ(window)
         (pod, need), sure = self.identifier.pick(
             window,
             self._siblings,  # a container served for another resource
@@ -369,6 +369,12 @@ class PodAllocator(Generic[P]):
             more=lambda: self.pending.matching(served, units)[IDENTIFY_WINDOW:],
         )
         return pod, need, sure
+
+    def _differ(self, window: Sequence[tuple[P, ContainerNeed]]) -> bool:
+        """Whether the candidates would not all get the same; stops at the first that differs
+        (share pods alternate GPUs: two placements, not eight, per Allocate)."""
+        first = self._outcome(*window[0])
+        return any(self._outcome(pod, need) != first for pod, need in window[1:])
 
     def _outcome(self, pod: P, need: ContainerNeed) -> object:
         """What serving the need hands out, to tell candidates apart (a refusal is its own)."""

@@ -79,6 +79,16 @@ def test_replicas_on_one_gpu_need_no_identification(share: Rig) -> None:
     assert share.allocator.stats.resolved == {(MEM, "same-placement"): 2}
 
 
+def test_a_candidate_that_differs_past_the_first_two_makes_the_choice_an_identification(share: Rig) -> None:
+    """Two replicas on GPU 0 and a later pod on GPU 1: the candidates would not all get the same,
+    so the first Allocate is an identification (kubelet's records would be asked; here arrival
+    decides), not 'same-placement': every candidate of the window is weighed."""
+    for n, gpu in enumerate(("0", "0", "1")):
+        share.pod(f"pod-{n}", [("cuda", 256)], predicate_time=n, gpu_index=gpu)
+    assert envs(share.allocator.allocate(ids(0, 0, 256)))["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"
+    assert share.allocator.stats.resolved == {(MEM, "arrival"): 1}
+
+
 def test_multi_container_pod_is_assigned_after_its_last_gpu_container(share: Rig) -> None:
     share.pod("multi", [("small", 256), ("sidecar", 0), ("big", 1024)])
     share.allocator.allocate(ids(0, 0, 256))
