@@ -90,10 +90,9 @@ def main() -> int:
         ],
     )
     try:
+        with KubeletEmulator(work / "floor") as kubelet:  # its own: the daemon's kubelet never saw it
+            floors = Floors(floor_reregistration(kubelet, args.rounds), floor_rss(kubelet))
         with KubeletEmulator(work / "dp") as kubelet, ApiServerEmulator() as apiserver:
-            floors = Floors(
-                reregister_s=floor_reregistration(kubelet, args.rounds), rss_mb=floor_rss(kubelet)
-            )
             apiserver.create("nodes", {"metadata": {"name": "bench"}})
             command += ["--kubeconfig", str(apiserver.write_kubeconfig(work / "kubeconfig"))]
             daemon = subprocess.Popen(command, stderr=subprocess.DEVNULL)
@@ -122,7 +121,6 @@ def floor_reregistration(kubelet: KubeletEmulator, rounds: int) -> list[float]:
         floor_plugin.register(kubelet.directory)
         samples.append(time.monotonic() - (kubelet.socket_created_at or 0))
         server.stop(None)
-    kubelet.restart()  # the daemon's rounds count restarts from its own start
     return samples
 
 
@@ -144,14 +142,13 @@ def floor_rss(kubelet: KubeletEmulator) -> float:
 def run_rounds(
     kubelet: KubeletEmulator, daemon: subprocess.Popen[bytes], events: Path, rounds: int, floors: Floors
 ) -> int:
-    base = kubelet.restarts
     started = time.monotonic()
-    if not kubelet.wait_for(lambda k: streaming(k, base), 60):
+    if not kubelet.wait_for(lambda k: streaming(k, 0), 60):
         print("the daemon never registered")
         return 1
     print(f"first registration {time.monotonic() - started:.2f} s after launch (includes Python start-up)")
     restarts, unhealthy, healthy = [], [], []
-    for n in range(base + 1, base + rounds + 1):
+    for n in range(1, rounds + 1):
         kubelet.restart()
         if not kubelet.wait_for(lambda k, n=n: streaming(k, n), 30):  # type: ignore[misc]
             print("re-registration did not happen")
