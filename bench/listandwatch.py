@@ -72,7 +72,7 @@ def copy_ms(size: int) -> float:
 
 def main() -> int:
     worst_build, worst_flip, worst_bytes, worst_size = 0.0, 0.0, 0, 0
-    same_share = 0.0  # the largest share of a cold build an unchanged re-ask costs
+    largest = (0, 0.0, 0.0)  # the largest message's size, unchanged re-ask (us) and cold build (us)
     print(f"8 x {H200_MIB} MiB GPUs, --gpu-memory-factor=auto, budget {MESSAGE_BUDGET:,} B")
     header = (
         "strategy",
@@ -98,7 +98,7 @@ def main() -> int:
             )
             worst_build, worst_flip = max(worst_build, cold_ms), max(worst_flip, flip_ms)
             worst_bytes, worst_size = max(worst_bytes, worst), max(worst_size, size)
-            same_share = max(same_share, same_us / 1000 / cold_ms)
+            largest = max(largest, (size, same_us, cold_ms * 1000))
     floor_ms = copy_ms(worst_size)
     rows = [
         Row(
@@ -126,12 +126,12 @@ def main() -> int:
             worst_flip <= BAR_MS,
         ),
         Row(
-            "ListAndWatch unchanged re-ask, share of a cold build",
-            same_share * 100,
-            "%",
-            None,
-            "<= 1 % (not rebuilt)",
-            same_share <= 0.01,
+            "ListAndWatch unchanged re-ask, largest message",
+            largest[1],
+            "us",
+            largest[2],
+            "ratio <= 0.01 (not rebuilt; floor: its cold build)",
+            largest[1] <= 0.01 * largest[2],
         ),
     ]
     record(rows)
