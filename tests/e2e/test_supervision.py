@@ -5,15 +5,16 @@ the exception), its crashes logged and counted on `/metrics`; ends the fault; se
 again and the worker's work done.
 
 The faults are real ones at the boundaries where a boundary reaches the worker: the API server
-answering with a body the client cannot read (pod cache, node watch, node publisher, outbox, vGPU
-handshake), the GPU backend raising an error it is not meant to (GPU health). Events, release and
-registrar meet no such fault in their loop: the supervisor's test hook crashes them
-($DEVICEPLUGIN_WORKER_FAULTS names them).
+answering with a body the client cannot read (pod cache, node watch, node publisher), the GPU
+backend raising an error it is not meant to (GPU health). Events, release, registrar, the outbox
+and the vGPU handshake meet no such fault in their loop (the last two send PATCHes whose answers
+they do not read): the supervisor's test hook crashes them ($DEVICEPLUGIN_WORKER_FAULTS names them).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -148,13 +149,14 @@ def test_node_publisher_recovers_and_restores_the_node(apiserver: ApiServerEmula
     eventually(lambda: vgpu.notes(apiserver, "nodes", NODE)[FACTOR] == "1", rig.daemon)
 
 
-def test_outbox_recovers_and_applies_the_entry_it_crashed_on(
+def test_outbox_recovers_and_applies_what_is_queued_after(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, rig: Rig
 ) -> None:
-    garbled = apiserver.faults.garble(method="PATCH", path="/api/v1/namespaces/ml/pods/")
-    share.admit(kubelet, share.make_pod(apiserver, "served", 1024), rig.daemon)  # queues its patch
-    crash_loop(rig.daemon, "outbox", "JSONDecodeError", lambda: apiserver.faults.clear(garbled))
-    eventually(lambda: share.assigned(apiserver, "served"), rig.daemon)
+    rig.faults.write_text("outbox\n")
+    share.admit(kubelet, share.make_pod(apiserver, "first", 1024), rig.daemon)  # wakes the idle worker
+    crash_loop(rig.daemon, "outbox", "InjectedFault", lambda: rig.faults.write_text(""))
+    share.admit(kubelet, share.make_pod(apiserver, "after", 1024), rig.daemon)
+    eventually(lambda: share.assigned(apiserver, "first") and share.assigned(apiserver, "after"), rig.daemon)
 
 
 def test_gpu_health_recovers_and_acts_on_the_next_xid(apiserver: ApiServerEmulator, rig: Rig) -> None:
@@ -203,16 +205,23 @@ def test_registrar_recovers_and_registers_with_a_restarted_kubelet(
     eventually(lambda: readyz(rig.daemon) == (200, "ok\n"), rig.daemon)
 
 
-def test_vgpu_handshake_recovers_and_answers_the_request_it_crashed_on(
+def test_vgpu_handshake_recovers_and_answers_a_request_after(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:
+    faults = workdir / "worker-faults"
+    with_hook = functools.partial(start, env={FAULTS_ENV: str(faults)})
     daemon = vgpu.launch(
-        start, apiserver, kubelet, workdir, "--fake-gpus", "1x4914", "--vgpu-handshake-interval", "0.3"
+        with_hook, apiserver, kubelet, workdir, "--fake-gpus", "1x4914", "--vgpu-handshake-interval", "0.3"
     )
     eventually(lambda: vgpu.notes(apiserver, "nodes", NODE)[vgpu.HANDSHAKE].startswith("Reported "), daemon)
     assert restarts(daemon) == dict.fromkeys(SHARE_WORKERS | {"vgpu-handshake"}, 0)
-    garbled = apiserver.faults.garble(method="PATCH", path=vgpu.NODE_PATH)
-    request = stamp("Requesting", datetime.datetime.now())
-    apiserver.patch("nodes", NODE, {"metadata": {"annotations": {vgpu.HANDSHAKE: request}}})
-    crash_loop(daemon, "vgpu-handshake", "JSONDecodeError", lambda: apiserver.faults.clear(garbled))
+    faults.write_text("vgpu-handshake\n")
+
+    def request() -> None:  # wakes the worker (it answers, then its turn meets the fault while on)
+        asked = stamp("Requesting", datetime.datetime.now())
+        apiserver.patch("nodes", NODE, {"metadata": {"annotations": {vgpu.HANDSHAKE: asked}}})
+
+    request()
+    crash_loop(daemon, "vgpu-handshake", "InjectedFault", lambda: faults.write_text(""))
+    request()
     eventually(lambda: vgpu.notes(apiserver, "nodes", NODE)[vgpu.HANDSHAKE].startswith("Reported "), daemon)
