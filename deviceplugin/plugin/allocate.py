@@ -57,6 +57,7 @@ log = get_log(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
 IDENTIFY_WINDOW = 8  # candidates weighed at once: hundreds of replicas stay cheap to tell apart
+UNVERIFIED_PRUNE_MIN = 1024  # rows to check before released ones are first dropped from the set
 
 
 class AllocateError(Exception):
@@ -253,9 +254,11 @@ class PodAllocator(Generic[P]):
         # apart from another, and every later one while any is left (the next pod asking the same
         # count may be the one the first was taken for). Rows from before a restart are checked once.
         # Kept as rows are recorded; keys of released rows leave when `unverified` or `reconcile`
-        # next looks (until then a row recorded is checked once more than it needs).
+        # next looks (until then a row recorded is checked once more than it needs), or when the set
+        # has doubled since they last left (nobody looks without kubelet's pod-resources socket).
         self._unverified = {key for key in ledger.served() if key[2] == self.resource}
         self._unverified_lock = threading.Lock()  # the release loop reads it without `_lock`
+        self._prune_at = UNVERIFIED_PRUNE_MIN  # size at which released keys are next dropped
         self._by_index = {gpu.index: gpu for gpu in devices.gpus}
         self._lock = threading.Lock()  # one resolution at a time: no pod is served twice
 
@@ -484,8 +487,7 @@ class PodAllocator(Generic[P]):
             if complete:
                 self.pending.settle(pod.uid)
             if not sure or self._unverified:
-                with self._unverified_lock:
-                    self._unverified.add(key)
+                self._note_unverified(key)
         if patches:
             self.on_outbox()
         self._note_mismatch(placement, kubelet_gpus)
@@ -528,6 +530,15 @@ class PodAllocator(Generic[P]):
         return kubelet_choice(request, on_wanted)
 
     # --- detection and correction ---------------------------------------------------------------
+
+    def _note_unverified(self, key: Key) -> None:
+        """Add a row to check; drop released ones each time the set doubles, so that it stays
+        bounded by the live rows when nobody asks `unverified` (no pod-resources socket)."""
+        with self._unverified_lock:
+            self._unverified.add(key)
+            if len(self._unverified) >= self._prune_at:
+                self._unverified = {held for held in self._unverified if held in self.ledger.holding}
+                self._prune_at = max(UNVERIFIED_PRUNE_MIN, 2 * len(self._unverified))
 
     def unverified(self) -> frozenset[Key]:
         """Rows that may be held by another container than the ledger says (without `_lock`: the

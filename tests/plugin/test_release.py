@@ -476,3 +476,26 @@ def test_without_the_api_server_kubelets_records_alone_release_rows(
     assert len(share.ledger.active()) == 1
     at(loop, now, 30)
     assert share.ledger.active() == []
+
+
+@pytest.fixture
+def small_prune(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Released keys are dropped from the rows to check from 4 of them on (the product: 1,024)."""
+    monkeypatch.setattr("deviceplugin.plugin.allocate.UNVERIFIED_PRUNE_MIN", 4)
+
+
+def test_rows_to_check_stay_bounded_by_the_live_ones_when_nobody_checks(
+    small_prune: None, share: Rig
+) -> None:
+    """Without kubelet's pod-resources nobody asks which rows to check, yet every row recorded while
+    one is unconfirmed is one to check: those of released rows must not pile up (a leak per pod)."""
+    kept = unconfirmed_row(share)  # stays live and unconfirmed
+    for n in range(20):
+        share.pod(f"p{n}", [("cuda", 100)], gpu_index="0", predicate_time=10 + n)
+        share.allocator.allocate(ids(0, 0, 100))
+        (served,) = [row for row in share.ledger.active() if row.pod_name != kept]
+        assert share.ledger.release_pod(served.pod_uid, "test") == 1
+        delete(share, served.pod_name)  # gone, as a released pod is: not a candidate again
+        # the private set, read without pruning it (unverified() would): 1 live row, bound 2 x 1 + 4
+        assert len(share.allocator._unverified) <= 6
+    assert [row.pod_name for row in share.ledger.active()] == [kept]
