@@ -10,6 +10,13 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 LARGE_BUFFER_BYTES = 1 << 20
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (the calls below are glibc's), else None."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    return libc if libc is not None and hasattr(libc, "gnu_get_libc_version") else None
+
+
 def return_large_buffers_to_the_os() -> bool:
     """Serve allocations of 1 MiB and more from mmap, so they go back to the OS when freed.
 
@@ -18,13 +25,15 @@ def return_large_buffers_to_the_os() -> bool:
     keeps them in per-thread arenas: every kubelet restart (new server, new threads) left another
     copy resident, 104 -> 156 MB over 40 restarts. Pinning the threshold stops that. Returns
     False where the C library is not glibc (nothing to do there)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name)
-    if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER_BYTES))
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER_BYTES))
+
+
+def trim_heap() -> None:
+    """Give the OS back the free pages left scattered in the C heap (after large first lists)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def freeze_startup_objects() -> None:

@@ -6,8 +6,6 @@ SIGTERM or SIGINT (the `deviceplugin extender` command).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import signal
 import threading
 from types import TracebackType
@@ -25,7 +23,7 @@ from deviceplugin.kube.api import Kube, Obj, load_client
 from deviceplugin.kube.cachemetrics import CacheCollector
 from deviceplugin.kube.podcache import NodeCache, PodCache
 from deviceplugin.logs import get_log
-from deviceplugin.memory import freeze_startup_objects, return_large_buffers_to_the_os
+from deviceplugin.memory import freeze_startup_objects, return_large_buffers_to_the_os, trim_heap
 from deviceplugin.supervisor import Supervisor
 from deviceplugin.workermetrics import WorkerCollector
 
@@ -133,10 +131,7 @@ def settle() -> None:
     (a pass walked every cached object: 250-300 ms stalls at 5,000 nodes), and give the OS back
     the free pages the first lists left scattered in the C heap (malloc_trim; ~1 KB per node)."""
     freeze_startup_objects()
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):  # glibc; elsewhere nothing to do
-        libc.malloc_trim(0)
+    trim_heap()
 
 
 def run(config: ExtenderConfig) -> int:

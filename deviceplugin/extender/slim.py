@@ -30,13 +30,14 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from deviceplugin.kube.owned import owned
+
 Obj = Mapping[str, Any]
 
 KEPT_DOMAINS = frozenset({"volcano.sh", "scheduling.volcano.sh", "scheduling.k8s.io", "nvidia.com"})
 _POD_METADATA = ("name", "namespace", "uid", "deletionTimestamp")
 _RESOURCES = ("limits", "requests")
 _SHARED_LIMIT = 4096  # distinct shared values remembered; past it the memo starts afresh
-_SHORT = 16  # values this short repeat across objects (GPU indices, quantities): interned
 
 _memo: dict[str, Any] = {}
 _RECORD_TYPES = 512  # key sets given a class of their own; objects of others stay dicts
@@ -99,19 +100,6 @@ def _compact(value: Any) -> Any:
     return value
 
 
-def _own(value: Any, *, intern: bool = True) -> Any:
-    """A copy of a JSON value that shares no object with it (short strings interned unless not
-    to be)."""
-    if type(value) is str:
-        copy = value.encode().decode()
-        return sys.intern(copy) if intern and len(copy) <= _SHORT else copy
-    if isinstance(value, Mapping):
-        return {sys.intern(_own(key)): _own(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_own(item) for item in value]
-    return value  # None, a bool, a number
-
-
 def _shared(value: Any) -> Any:
     """One object for equal values: the containers of pods from one template, nodes of one model's
     resources and labels, pods' phases."""
@@ -128,9 +116,9 @@ def _shared(value: Any) -> Any:
 def _domains(value: Any) -> Any:
     """The entries of a labels, annotations or resources map whose key is in `KEPT_DOMAINS`."""
     if not isinstance(value, Mapping):
-        return _own(value)
+        return owned(value)
     return {
-        sys.intern(_own(key)): _own(item)
+        sys.intern(owned(key)): owned(item)
         for key, item in value.items()
         if type(item) is not str or key.partition("/")[0] in KEPT_DOMAINS
     }
@@ -141,9 +129,9 @@ def _kept(value: Any, fields: tuple[str, ...], domains: tuple[str, ...], shared:
     `domains` (shared when in `shared`); a domain map left empty is dropped (readers take an
     absent map as empty)."""
     if not isinstance(value, Mapping):
-        return _own(value)
+        return owned(value)
     # A pod's name is its own: interned, it would only grow the interpreter's table of them.
-    kept = {name: _own(value[name], intern=name != "name") for name in fields if name in value}
+    kept = {name: owned(value[name], intern=name != "name") for name in fields if name in value}
     for name in domains:
         if name in value:
             section = _domains(value[name])
@@ -154,30 +142,30 @@ def _kept(value: Any, fields: tuple[str, ...], domains: tuple[str, ...], shared:
 
 def _container(container: Any) -> Any:
     if not isinstance(container, Mapping):
-        return _own(container)
-    kept: dict[str, Any] = {"name": _own(container["name"])} if "name" in container else {}
+        return owned(container)
+    kept: dict[str, Any] = {"name": owned(container["name"])} if "name" in container else {}
     resources = container.get("resources")
     if isinstance(resources, Mapping):
-        kept["resources"] = {key: _own(resources[key]) for key in _RESOURCES if key in resources}
+        kept["resources"] = {key: owned(resources[key]) for key in _RESOURCES if key in resources}
     elif resources is not None:
-        kept["resources"] = _own(resources)
+        kept["resources"] = owned(resources)
     return kept
 
 
 def _pod_spec(spec: Any) -> Any:
     if not isinstance(spec, Mapping):
-        return _own(spec)
+        return owned(spec)
     kept: dict[str, Any] = {}
     node = spec.get("nodeName")
     if node is not None:  # one string per node name, however many pods name it
-        kept["nodeName"] = sys.intern(_own(node)) if type(node) is str else _own(node)
+        kept["nodeName"] = sys.intern(owned(node)) if type(node) is str else owned(node)
     for key in ("containers", "initContainers"):
         if key in spec:
             containers = spec[key]
             if isinstance(containers, list):
                 kept[key] = _shared([_container(container) for container in containers])
             else:
-                kept[key] = _own(containers)
+                kept[key] = owned(containers)
     return kept
 
 
@@ -188,7 +176,7 @@ def extender_node(node: Obj) -> dict[str, Any]:
         meta = _kept(node["metadata"], (), ("labels", "annotations"), ("labels",))
         name = node["metadata"].get("name") if isinstance(node["metadata"], Mapping) else None
         if name is not None:  # the node's pods name it too: one string for all
-            meta["name"] = sys.intern(_own(name)) if type(name) is str else _own(name)
+            meta["name"] = sys.intern(owned(name)) if type(name) is str else owned(name)
         kept["metadata"] = _compact(meta)
     if "status" in node:
         resources = ("capacity", "allocatable")

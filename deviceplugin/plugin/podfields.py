@@ -31,6 +31,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from deviceplugin.kube.owned import owned
 from deviceplugin.plugin.vgpu import DISABLE_CONTROL
 
 Obj = Mapping[str, Any]
@@ -38,21 +39,8 @@ Obj = Mapping[str, Any]
 KEPT_ANNOTATION_DOMAIN = "volcano.sh"
 _METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
 _SHARED_LIMIT = 1024  # distinct specs remembered; past it the memo starts afresh
-_SHORT = 16  # values this short repeat across pods ("true", GPU indices, quantities): interned
 
 _shared: dict[Hashable, Any] = {}
-
-
-def _own(value: Any) -> Any:
-    """A copy of a JSON value that shares no object with it (short strings interned)."""
-    if type(value) is str:
-        copy = value.encode().decode()
-        return sys.intern(copy) if len(copy) <= _SHORT else copy
-    if isinstance(value, Mapping):
-        return {_own(key): _own(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_own(item) for item in value]
-    return value  # None, a bool, a number: of the wrong type for every field kept here
 
 
 def _kept_annotation(key: str, value: Any) -> bool:
@@ -62,15 +50,15 @@ def _kept_annotation(key: str, value: Any) -> bool:
 
 def _metadata(meta: Any) -> Any:
     if not isinstance(meta, Mapping):
-        return _own(meta)
-    kept = {key: _own(meta[key]) for key in _METADATA if key in meta}
+        return owned(meta)
+    kept = {key: owned(meta[key]) for key in _METADATA if key in meta}
     notes = meta.get("annotations")
     if isinstance(notes, Mapping):
         kept["annotations"] = {
-            sys.intern(_own(k)): _own(v) for k, v in notes.items() if _kept_annotation(k, v)
+            sys.intern(owned(k)): owned(v) for k, v in notes.items() if _kept_annotation(k, v)
         }
     elif notes is not None:
-        kept["annotations"] = _own(notes)
+        kept["annotations"] = owned(notes)
     return kept
 
 
@@ -83,14 +71,14 @@ def _disables_control(env: Any) -> bool:
 
 def _container(container: Mapping[str, Any]) -> dict[str, Any]:
     kept: dict[str, Any] = {
-        key: _own(container[key]) for key in ("name", "restartPolicy") if key in container
+        key: owned(container[key]) for key in ("name", "restartPolicy") if key in container
     }
     resources = container.get("resources")
     if isinstance(resources, Mapping):
         if resources.get("limits") is not None:
-            kept["resources"] = {"limits": _own(resources["limits"])}
+            kept["resources"] = {"limits": owned(resources["limits"])}
     elif resources is not None:
-        kept["resources"] = _own(resources)
+        kept["resources"] = owned(resources)
     if _disables_control(container.get("env")):
         kept["env"] = [{"name": DISABLE_CONTROL}]
     return kept
@@ -98,7 +86,7 @@ def _container(container: Mapping[str, Any]) -> dict[str, Any]:
 
 def _containers(containers: Any) -> Any:
     if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
-        return _own(containers)
+        return owned(containers)
     return [_container(container) for container in containers]
 
 
@@ -128,10 +116,10 @@ def _share(value: Any) -> Any:
 
 def _spec(spec: Any) -> Any:
     if not isinstance(spec, Mapping):
-        return _own(spec)
+        return owned(spec)
     kept: dict[str, Any] = {}
     if "nodeName" in spec:
-        kept["nodeName"] = _own(spec["nodeName"])
+        kept["nodeName"] = owned(spec["nodeName"])
     for key in ("containers", "initContainers"):
         if key in spec:
             kept[key] = _containers(spec[key])
@@ -140,8 +128,8 @@ def _spec(spec: Any) -> Any:
 
 def _status(status: Any) -> Any:
     if not isinstance(status, Mapping):
-        return _own(status)
-    return _share({"phase": _own(status["phase"])} if "phase" in status else {})
+        return owned(status)
+    return _share({"phase": owned(status["phase"])} if "phase" in status else {})
 
 
 def daemon_pod(pod: Obj) -> dict[str, Any]:
