@@ -36,3 +36,18 @@ def percentiles(samples: Sequence[float]) -> tuple[float, float, float]:
     """p50, p99 and the worst of the samples."""
     ordered = sorted(samples)
     return statistics.median(ordered), ordered[max(0, int(len(ordered) * 0.99) - 1)], ordered[-1]
+
+
+def api_access_volume(name: str = "kube-api-access") -> dict[str, object]:
+    """The projected service-account volume the API server adds to every pod (benchmarks' pods
+    carry what real ones do, so that caches and parsers see their real size)."""
+    return {
+        "name": name,
+        "projected": {
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ],
+        },
+    }

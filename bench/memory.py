@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from common import daemon_command
+from common import api_access_volume, daemon_command
 from report import Row, record
 
 from deviceplugin.api import deviceplugin_grpc
@@ -159,21 +159,7 @@ def deployment_pod(name: str, gpu: int, *, assigned: bool) -> dict[str, Any]:
                 }
             ],
             "volumes": [
-                {
-                    "name": "kube-api-access-x7k2p",
-                    "projected": {
-                        "defaultMode": 420,
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {
-                                "configMap": {
-                                    "name": "kube-root-ca.crt",
-                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                                }
-                            },
-                        ],
-                    },
-                }
+                api_access_volume("kube-api-access-x7k2p")
             ],
             "tolerations": [
                 {
