@@ -1,27 +1,28 @@
-"""A small typed facade over the official client's CoreV1Api, speaking JSON dicts.
+"""A small typed facade over the core/v1 API, speaking JSON dicts.
 
-Every call passes `_preload_content=False` and parses the reply itself: callers get objects as the
-API serves them (camelCase JSON, what `deviceplugin.fit` reads) and no time is spent building the
-client's model classes. PATCHes skip CoreV1Api: the outbox sends one per pod, and the generated
-method's argument validation and serialisation cost a fifth of the request's CPU (bench/outbox.py
---profile). They go out as they are through the ApiClient's connection pool (its TLS, proxy and
-timeouts) with the headers and token it would send, and return nothing: no caller reads the object
-the server answers with, and parsing it (a node's JSON runs to tens of KB) would be CPU for nothing.
-Errors surface as `ApiError` with a classification the retry logic uses.
-The API calls this project makes are all here, which keeps the RBAC rules checkable.
+Requests go out as they are through the official client's ApiClient: its connection pool (TLS,
+proxy), with the headers and (refreshed) token its generated CoreV1Api would send, to the same
+paths and query strings. CoreV1Api itself is never built: importing it and its validated methods
+costs a second of start-up (bench/startup.py), and its per-call argument validation and
+serialisation cost a fifth of an outbox PATCH's CPU (bench/outbox.py --profile). Callers get
+objects as the API serves them (camelCase JSON, what `deviceplugin.fit` reads); PATCHes return
+nothing: no caller reads the object the server answers with, and parsing it (a node's JSON runs to
+tens of KB) would be CPU for nothing. Errors surface as `ApiError` with a classification the retry
+logic uses. The API calls this project makes are all here, which keeps the RBAC rules checkable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import kubernetes
 import urllib3
@@ -29,6 +30,9 @@ import yaml
 
 from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.logs import get_log
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 log = get_log(__name__)
 
@@ -41,6 +45,9 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 ABSENT = frozenset({422})  # a JSON patch removing a path that is not there
+JSON = "application/json"
+PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
 # Between tries of one call (`retry`): a struggling API server is not hit with a tight loop, and
 # the caller, waiting on the result, is not kept long past the server's return.
 API_CALL_RETRY = Backoff(start_s=0.1, max_s=5.0)
@@ -84,12 +91,11 @@ def _from_answer(status: int, reason: str, body: str) -> ApiError:
 
 
 def _from_exception(err: Exception) -> ApiError:
-    if isinstance(err, kubernetes.client.ApiException):
-        return _from_answer(err.status or 0, err.reason or "", str(err.body or ""))
+    """A request that got no answer (connection, TLS, timeout)."""
     return ApiError(0, type(err).__name__, str(err))
 
 
-_CLIENT_ERRORS = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
+_CLIENT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 # The client's kubeconfig loader indexes whatever the YAML holds: a file of another shape (a list, a
 # string, `clusters: 5`) fails inside it with these rather than with its ConfigException.
 _MALFORMED = (TypeError, AttributeError, KeyError, IndexError)
@@ -133,25 +139,69 @@ class Kube:
     """The API calls the daemon makes, as JSON in and out."""
 
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
-        self.core = kubernetes.client.CoreV1Api(client)
-        self.timeout = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
-        self._patch_timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
+        self.client = client
+        self.timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
 
-    def _json(
-        self, call: Callable[..., Any], *args: Any, expected: frozenset[int] = frozenset(), **kwargs: Any
-    ) -> Obj:
-        """The call's JSON answer; an `ApiError` otherwise, counted in `errors` unless its status is
-        one of `expected` (an answer the caller takes as an outcome, not a failure)."""
-        try:
-            response = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-            result: Obj = json.loads(response.data)
-        except _CLIENT_ERRORS as err:
-            raise self._failed(call.__name__, err, expected) from None
-        return result
+    @functools.cached_property
+    def core(self) -> CoreV1Api:
+        """The generated client on the same connection, for tests and benches acting as other users
+        of the API (deleting pods); the facade's own calls never build it."""
+        return kubernetes.client.CoreV1Api(self.client)
 
-    def _failed(self, call: str, err: Exception, expected: frozenset[int] = frozenset()) -> ApiError:
-        return self._counted(call, _from_exception(err), expected)
+    def _send(
+        self,
+        call: str,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str | None]] = (),
+        body: Any = None,
+        *,
+        content_type: str = JSON,
+        expected: frozenset[int] = frozenset(),
+        timeout: urllib3.Timeout | None = None,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        """`method` on `path` (under the API root) with the `query` parameters that are not None,
+        as CoreV1Api's `call` would send it, less its per-call validation; the answer read unless
+        `stream`. A failure raises `ApiError`, counted in `errors` as `call` unless its status is
+        one of `expected` (an answer the caller takes as an outcome, not a failure)."""
+        client = self.client
+        headers = {**client.default_headers, "Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        if client.cookie:
+            headers["Cookie"] = client.cookie
+        client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = client.configuration.host + path
+        pairs = [f"{name}={urllib.parse.quote(value)}" for name, value in query if value is not None]
+        if pairs:
+            url += "?" + "&".join(pairs)
+        try:
+            response = client.rest_client.pool_manager.request(
+                method,
+                url,
+                body=None if body is None else json.dumps(body).encode(),
+                headers=headers,
+                timeout=timeout or self.timeout,
+                preload_content=not stream,
+            )
+            if not 200 <= response.status <= 299:
+                answer = response.data.decode("utf-8", "replace")
+                raise self._counted(
+                    call, _from_answer(response.status, response.reason or "", answer), expected
+                )
+        except _CLIENT_ERRORS as err:
+            raise self._counted(call, _from_exception(err), expected) from None
+        return response
+
+    def _json(
+        self, call: str, path: str, query: Sequence[tuple[str, str | None]] = (), body: Any = None
+    ) -> Obj:
+        """The JSON answer to a GET of `path`, or to a POST of `body` there."""
+        method = "GET" if body is None else "POST"
+        result: Obj = json.loads(self._send(call, method, path, query, body).data)
+        return result
 
     def _counted(self, call: str, error: ApiError, expected: frozenset[int]) -> ApiError:
         if error.status not in expected:
@@ -161,45 +211,25 @@ class Kube:
     def _patch(
         self, call: str, path: str, body: Any, content_type: str, expected: frozenset[int] = frozenset()
     ) -> None:
-        """PATCH `body` to `path` (under the API root) with the headers and token CoreV1Api would
-        send, through the pool its REST client sends with (as `call_api` does, less the per-call
-        content-type matching); errors as `_json` raises them, counted as `call`."""
-        client = self.core.api_client
-        headers = {**client.default_headers, "Accept": "application/json", "Content-Type": content_type}
-        if client.cookie:
-            headers["Cookie"] = client.cookie
-        client.update_params_for_auth(headers, None, ["BearerToken"], path, "PATCH", body)
-        try:
-            response = client.rest_client.pool_manager.request(
-                "PATCH",
-                client.configuration.host + path,
-                body=json.dumps(body).encode(),
-                headers=headers,
-                timeout=self._patch_timeout,
-            )
-        except _CLIENT_ERRORS as err:
-            raise self._failed(call, err, expected) from None
-        if not 200 <= response.status <= 299:
-            answer = response.data.decode("utf-8", "replace")
-            raise self._counted(call, _from_answer(response.status, response.reason or "", answer), expected)
+        self._send(call, "PATCH", path, body=body, content_type=content_type, expected=expected)
 
     def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
         """Pods matching the selector, and the list's resourceVersion to watch from."""
-        listed = self._json(self.core.list_pod_for_all_namespaces, field_selector=field_selector or None)
+        listed = self._json("list_pod_for_all_namespaces", PODS, [("fieldSelector", field_selector or None)])
         return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
 
     def watch_pods(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch from `resource_version` (bookmarks on); the server ends it after `timeout_s`."""
-        return self._watch(self.core.list_pod_for_all_namespaces, field_selector, resource_version, timeout_s)
+        return self._watch(PODS, field_selector, resource_version, timeout_s)
 
     def list_nodes_versioned(self, field_selector: str = "") -> tuple[list[Obj], str]:
         """Nodes matching the selector, and the list's resourceVersion to watch from."""
-        listed = self._json(self.core.list_node, field_selector=field_selector or None)
+        listed = self._json("list_node", NODES, [("fieldSelector", field_selector or None)])
         return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
 
     def watch_nodes(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch of nodes from `resource_version`, like `watch_pods`."""
-        return self._watch(self.core.list_node, field_selector, resource_version, timeout_s)
+        return self._watch(NODES, field_selector, resource_version, timeout_s)
 
     def bind_pod(
         self, namespace: str, name: str, node: str, annotations: Mapping[str, str], uid: str = ""
@@ -215,31 +245,25 @@ class Kube:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        return self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
+        return self._json("create_namespaced_pod_binding", _pod_path(namespace, name) + "/binding", body=body)
 
-    def _watch(
-        self, call: Callable[..., Any], field_selector: str, resource_version: str, timeout_s: int
-    ) -> WatchStream:
-        try:
-            response = call(
-                field_selector=field_selector or None,  # "" would send an empty fieldSelector=
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_s,
-                watch=True,
-                _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + READ_TIMEOUT_S),
-            )
-        except _CLIENT_ERRORS as err:
-            raise self._failed("watch_pods", err) from None
-        return WatchStream(response)
+    def _watch(self, path: str, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
+        query = [
+            ("allowWatchBookmarks", "true"),
+            ("fieldSelector", field_selector or None),  # "" would send an empty fieldSelector=
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_s)),
+            ("watch", "true"),
+        ]
+        timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout_s + READ_TIMEOUT_S)
+        return WatchStream(self._send("watch_pods", "GET", path, query, timeout=timeout, stream=True))
 
     def get_node(self, name: str) -> Obj:
-        return self._json(self.core.read_node, name)
+        return self._json("read_node", _node_path(name))
 
     def list_nodes(self) -> list[Obj]:
         """Every node (read-only; `deviceplugin inspect`)."""
-        return list(self._json(self.core.list_node).get("items") or [])
+        return list(self._json("list_node", NODES).get("items") or [])
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
         self._patch("patch_node", _node_path(name), dict(patch), MERGE_PATCH)
@@ -263,7 +287,7 @@ class Kube:
         self._patch("patch_node_status", _node_path(name) + "/status", dict(patch), MERGE_PATCH)
 
     def get_pod(self, namespace: str, name: str) -> Obj:
-        return self._json(self.core.read_namespaced_pod, name, namespace)
+        return self._json("read_namespaced_pod", _pod_path(namespace, name))
 
     def patch_pod_annotations(
         self,
@@ -277,11 +301,12 @@ class Kube:
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
-        path = f"/api/v1/namespaces/{_quoted(namespace)}/pods/{_quoted(name)}"
-        self._patch("patch_namespaced_pod", path, {"metadata": metadata}, MERGE_PATCH)
+        self._patch("patch_namespaced_pod", _pod_path(namespace, name), {"metadata": metadata}, MERGE_PATCH)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> Obj:
-        return self._json(self.core.create_namespaced_event, namespace, dict(event))
+        return self._json(
+            "create_namespaced_event", f"/api/v1/namespaces/{_quoted(namespace)}/events", body=dict(event)
+        )
 
 
 def _quoted(segment: str) -> str:
@@ -290,7 +315,11 @@ def _quoted(segment: str) -> str:
 
 
 def _node_path(name: str) -> str:
-    return f"/api/v1/nodes/{_quoted(name)}"
+    return f"{NODES}/{_quoted(name)}"
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_quoted(namespace)}/pods/{_quoted(name)}"
 
 
 class WatchStream:

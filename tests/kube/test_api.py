@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+import urllib3
 
 from deviceplugin.kube.api import ApiError, Kube, Obj, retry
 from kubesim.apiserver import ApiServerEmulator
@@ -92,7 +93,7 @@ def test_deadline_bounds_the_retries(apiserver: ApiServerEmulator, kube: Kube) -
 
 
 def test_no_answer_is_transient(apiserver: ApiServerEmulator, kube: Kube) -> None:
-    kube.timeout = (1.0, 0.3)
+    kube.timeout = urllib3.Timeout(connect=1.0, read=0.3)
     apiserver.faults.hang()
     with pytest.raises(ApiError) as caught:
         kube.get_node("node-a")
