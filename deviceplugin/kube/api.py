@@ -14,7 +14,6 @@ logic uses. The API calls this project makes are all here, which keeps the RBAC 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import socket
 import time
@@ -22,7 +21,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import kubernetes
 import urllib3
@@ -30,9 +29,6 @@ import yaml
 
 from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.logs import get_log
-
-if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api
 
 log = get_log(__name__)
 
@@ -142,12 +138,6 @@ class Kube:
         self.client = client
         self.timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
-
-    @functools.cached_property
-    def core(self) -> CoreV1Api:
-        """The generated client on the same connection, for tests and benches acting as other users
-        of the API (deleting pods); the facade's own calls never build it."""
-        return kubernetes.client.CoreV1Api(self.client)
 
     def _send(
         self,

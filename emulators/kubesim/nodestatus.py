@@ -89,7 +89,7 @@ class NodeStatusReporter:
         self.node = node
         self.machine = machine or Machine()
         self._kube = kube
-        self._leases = kubernetes.client.CoordinationV1Api(kube.core.api_client)
+        self._leases = kubernetes.client.CoordinationV1Api(kube.client)
         self._heartbeat_s = heartbeat_s
         self._clock = clock
         self._lock = threading.Lock()

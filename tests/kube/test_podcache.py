@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes.client
 import pytest
 
 from deviceplugin.backoff import Backoff
@@ -57,7 +58,8 @@ def test_follows_creates_updates_and_deletes(cache: PodCache, apiserver: ApiServ
         return seen is not None and seen["metadata"].get("annotations", {}).get("volcano.sh/gpu-index") == "1"
 
     assert cache.wait_until(annotated, WAIT_S)
-    cache.kube.core.delete_namespaced_pod("later", "default", grace_period_seconds=0)
+    as_a_user = kubernetes.client.CoreV1Api(cache.kube.client)
+    as_a_user.delete_namespaced_pod("later", "default", grace_period_seconds=0)
     assert cache.wait_until(lambda c: "later" not in names(c), WAIT_S)
 
 

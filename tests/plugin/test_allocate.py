@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import kubernetes.client
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
@@ -126,7 +127,8 @@ def test_an_app_container_handed_the_init_containers_devices_is_served_not_repea
 
 def test_deleted_foreign_and_assigned_pods_are_not_candidates(share: Rig) -> None:
     gone = share.pod("gone", [("c", 64)], predicate_time=1)
-    share.kube.core.delete_namespaced_pod("gone", "ml", grace_period_seconds=0)
+    as_a_user = kubernetes.client.CoreV1Api(share.kube.client)
+    as_a_user.delete_namespaced_pod("gone", "ml", grace_period_seconds=0)
     assert share.pods.wait_until(lambda c: c.get(gone["metadata"]["uid"]) is None, WAIT_S)
     share.pod("eligible", [("c", 64)], predicate_time=2)
     share.pod("elsewhere", [("c", 64)], predicate_time=0, node="node-b")
@@ -143,7 +145,8 @@ def test_terminating_pod_is_skipped(tmp_path: Path) -> None:
         rig = make_rig(tmp_path, server, "share")
         try:
             rig.pod("leaving", [("c", 64)], predicate_time=1)
-            rig.kube.core.delete_namespaced_pod("leaving", "ml")  # graceful: stays, terminating
+            as_a_user = kubernetes.client.CoreV1Api(rig.kube.client)
+            as_a_user.delete_namespaced_pod("leaving", "ml")  # graceful: stays, terminating
 
             def terminating(cache: PodCache) -> bool:
                 return any(bool(p["metadata"].get("deletionTimestamp")) for p in cache.pods())
