@@ -19,7 +19,10 @@ import deviceplugin
 # The code of the sub-commands other than `run`, and the heavy libraries only some commands need.
 EMULATORS = ("kubesim", "jsonpatch")
 OTHER_COMMANDS = ("deviceplugin.extender", "deviceplugin.inspect")
-DAEMON = ("deviceplugin.runner", "deviceplugin.plugin", "kubernetes", "grpc", "prometheus_client")
+# ... and the GPU backends and the fit rules: the run command's options read neither.
+DAEMON: tuple[str, ...] = ("deviceplugin.runner", "deviceplugin.plugin", "kubernetes", "grpc")
+DAEMON += ("prometheus_client", "pynvml", "deviceplugin.gpu.nvml", "deviceplugin.gpu.fake")
+DAEMON += ("deviceplugin.fit.gpushare", "deviceplugin.fit.vgpu")
 
 _PROBE = """
 import json, sys

@@ -12,10 +12,10 @@ import grpc
 
 from deviceplugin import logs
 from deviceplugin.config import DaemonConfig
-from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
+from deviceplugin.gpu.load import load_backend
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.cachemetrics import rejected_by_kind
 from deviceplugin.kube.events import EventRecorder, Involved

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.gpu import load_backend
 from deviceplugin.gpu.base import BackendError, EnumerationError, GpuInfo, WaitError, XidEvent
 from deviceplugin.gpu.fake import FAKE_MODEL, FakeBackend, fake_uuid
+from deviceplugin.gpu.load import load_backend
 from deviceplugin.gpu.nvml import NvmlBackend
 from tests.kube.waiting import wait_for
 

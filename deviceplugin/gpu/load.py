@@ -1,0 +1,18 @@
+"""Which GPU backend the daemon runs on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deviceplugin.gpu.base import BackendError, GpuBackend
+from deviceplugin.gpu.fake import FakeBackend
+from deviceplugin.gpu.nvml import NvmlBackend
+
+
+def load_backend(fake_spec: str | None, events_file: Path | None) -> GpuBackend:
+    """Fake GPUs when a spec is given, else NVML. Raises `BackendError` when neither can work."""
+    if fake_spec is not None:
+        return FakeBackend.from_spec(fake_spec, events_file)
+    if events_file is not None:
+        raise BackendError(f"fake GPU events file {events_file} given without a fake GPU spec")
+    return NvmlBackend()
