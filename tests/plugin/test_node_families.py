@@ -38,6 +38,21 @@ def test_a_share_node_publishes_the_memory_factor_and_its_gpu_count() -> None:
 
 
 @pytest.mark.parametrize("strategy", ["number", "share"])
+def test_every_unhealthy_gpu_is_listed_and_one_without_a_health_record_counts_as_unhealthy(
+    strategy: str,
+) -> None:
+    state = node_family_of(strategy).node_state(GPUS, {"GPU-a": False}, Layout())
+    assert state.annotations[keys.GPU_UNHEALTHY_IDS] == "0,1"
+
+
+def test_a_vgpu_gpu_without_a_health_record_registers_unhealthy() -> None:
+    state = node_family_of("vgpu").node_state(GPUS, {"GPU-a": True}, Layout())
+    assert state.annotations[keys.NODE_VGPU_REGISTER] == (
+        "GPU-a,10,16000,NVIDIA-A10,true,hami-core:GPU-b,10,16000,NVIDIA-A10,false,hami-core:"
+    )
+
+
+@pytest.mark.parametrize("strategy", ["number", "share"])
 def test_with_every_gpu_healthy_the_unhealthy_key_is_removed(strategy: str) -> None:
     state = node_family_of(strategy).node_state(GPUS, ALL_UP, Layout())
     assert state.annotations[keys.GPU_UNHEALTHY_IDS] is None  # None: the key is removed from the Node
@@ -73,5 +88,5 @@ def test_each_family_serves_its_resources_and_only_vgpu_uses_the_hook_and_handsh
 
 
 def test_an_unknown_strategy_names_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="share, number, vgpu.*'mig'"):
+    with pytest.raises(ConfigError, match=r"share, number, vgpu.*'mig'"):
         node_family_of("mig")
