@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.plugin.hook import CONTAINER_CACHE_DIR, CONTAINER_LOCK_DIR, HookPath
@@ -33,3 +36,46 @@ def test_directories_stay_exactly_while_a_live_response_mounts_them(tmp_path: Pa
 def test_nothing_to_do_before_the_hook_directory_exists(tmp_path: Path) -> None:
     HookPath(tmp_path / "absent").keep_mounted([])
     assert not (tmp_path / "absent").exists()
+
+
+def test_prepare_tells_whether_cache_directories_were_already_there(tmp_path: Path) -> None:
+    """A daemon that finds cache directories at start may be serving containers its ledger lost."""
+    fresh = HookPath(tmp_path / "fresh")
+    fresh.prepare()
+    assert fresh.found_dirs is False
+    (tmp_path / "used" / "vgpu" / "containers" / "uid-a_main").mkdir(parents=True)
+    used = HookPath(tmp_path / "used")
+    used.prepare()
+    assert used.found_dirs is True
+
+
+def test_a_missing_library_is_warned_with_its_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == "HAMi-core library missing: vGPU containers cannot start"
+    assert warning.fields == {"path": str(tmp_path / "libvgpu.so")}  # type: ignore[attr-defined]
+    caplog.clear()
+    (tmp_path / "libvgpu.so").write_bytes(b"HAMi-core")
+    hook.prepare()
+    assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
+    assert (tmp_path / "ld.so.preload").read_text() == "/usr/local/vgpu/libvgpu.so\n"
+
+
+def test_a_stale_cache_directory_is_handed_out_empty(tmp_path: Path) -> None:
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    stale = hook.container_dir("uid-a", "main")
+    (stale / "leftover").write_text("another incarnation's state")
+    assert hook.container_dir("uid-a", "main") == stale
+    assert list(stale.iterdir()) == []
+
+
+def test_each_removed_cache_directory_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    gone = hook.container_dir("uid-a", "main")
+    with caplog.at_level(logging.INFO, logger="deviceplugin.plugin.hook"):
+        hook.keep_mounted([])
+    removed = [r for r in caplog.records if r.getMessage() == "vgpu cache dir removed"]
+    assert [r.fields for r in removed] == [{"path": str(gone)}]  # type: ignore[attr-defined]
