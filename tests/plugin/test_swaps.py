@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from deviceplugin.api import podresources_pb2 as pr
-from deviceplugin.ledger import Allocation, GpuShare, Move
+from deviceplugin.ledger import Allocation, GpuShare, Move, Patch
 from deviceplugin.plugin.podresources import Listing
-from deviceplugin.plugin.swaps import plan_moves, replaced
+from deviceplugin.plugin.swaps import booking_patches, describe, plan_moves, replaced
 
 MEM = "volcano.sh/gpu-memory"
+Obj = dict[str, Any]
 UIDS = {("ml", name): f"uid-{name}" for name in ("a", "b", "c")}
 
 
@@ -111,3 +113,50 @@ def test_an_exchange_of_equal_placements_is_not_a_swap() -> None:
     ]
     assert replaced([A0, twin], moves) == []
     assert [m.pod_uid for m, _ in replaced([A0, B1], moves)] == ["uid-b", "uid-a"]
+
+
+def _pod(name: str, notes: dict[str, str], *, namespace: str | None = "ml", phase: str = "Running") -> Obj:
+    meta: dict[str, object] = {"name": name, "uid": f"uid-{name}", "annotations": notes}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def _index_of(pod: Mapping[str, object], rows: Sequence[Allocation]) -> dict[str, str]:
+    """A booking: the GPU index of the pod's rows, as the gpushare allocator books it."""
+    return {"volcano.sh/gpu-index": ",".join(str(share.index) for r in rows for share in r.gpus)}
+
+
+def test_booking_patches_carry_only_what_differs_for_live_pods() -> None:
+    pods = {
+        "uid-a": _pod("a", {"volcano.sh/gpu-index": "1", "other": "kept"}),  # booked on 1, holds 0
+        "uid-b": _pod("b", {"volcano.sh/gpu-index": "1"}, namespace=None),  # right already
+        "uid-c": _pod("c", {"volcano.sh/gpu-index": "1"}, phase="Succeeded"),  # finished: left alone
+    }
+    rows = [row("a", 0, ("0-1",)), row("b", 1, ("1-1",)), row("c", 0, ("0-2",))]
+    patches = booking_patches(["uid-a", "uid-b", "uid-c", "uid-gone"], rows, pods, _index_of)
+    assert patches == [Patch("pod", "ml", "a", {"volcano.sh/gpu-index": "0"}, "uid-a")]
+    moved = {**pods, "uid-b": _pod("b", {"volcano.sh/gpu-index": "0"}, namespace=None)}
+    assert booking_patches(["uid-b"], rows, moved, _index_of) == [
+        Patch("pod", "default", "b", {"volcano.sh/gpu-index": "1"}, "uid-b")  # no namespace: default
+    ]
+    assert booking_patches(["uid-a"], rows, pods, lambda pod, rows: None) == []  # nothing to book
+
+
+def test_the_event_text_names_both_sides_the_gpus_and_what_was_rewritten() -> None:
+    shares = (GpuShare("GPU-0", 0, 100, 25), GpuShare("GPU-1", 1, 50))
+    served = Allocation("uid-a", "ml", "a", "main", MEM, shares, ("0-1",), b"")
+    move = Move(("uid-a", "main", MEM), "uid-b", "ml", "b", "worker")
+    mine = Patch("pod", "ml", "b", {"volcano.sh/gpu-index": "0,1"}, "uid-b")
+    other = Patch("pod", "ml", "a", {"volcano.sh/gpu-index": "2"}, "uid-a")
+    base = (
+        "kubelet's pod-resources shows container 'worker' holding the volcano.sh/gpu-memory devices this "
+        "node served as pod ml/a container 'main': GPU 0 (100 MiB, 25% cores), GPU 1 (50 MiB, 0% cores). "
+        "Pods asking the same device count were admitted in another order than they could be told apart; "
+        "the ledger now records them for this pod"
+    )
+    assert describe(move, served, [other]) == base + "."
+    fixed = ", and volcano.sh/gpu-index=0,1 was written so the scheduler books what the container has."
+    assert describe(move, served, [other, mine]) == base + fixed
+    bare = Allocation("uid-a", "ml", "a", "main", MEM, (), ("0-1",), b"")
+    assert ": no GPU." in describe(move, bare, [])
