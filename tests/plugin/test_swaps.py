@@ -8,7 +8,7 @@ from typing import Any
 from deviceplugin.api import podresources_pb2 as pr
 from deviceplugin.ledger import Allocation, GpuShare, Move, Patch
 from deviceplugin.plugin.podresources import Listing
-from deviceplugin.plugin.swaps import booking_patches, describe, plan_moves, replaced
+from deviceplugin.plugin.swaps import apply_moves, booking_patches, describe, plan_moves, replaced
 
 MEM = "volcano.sh/gpu-memory"
 Obj = dict[str, Any]
@@ -61,6 +61,29 @@ def test_rows_kubelet_lists_as_recorded_are_confirmed() -> None:
 def test_a_closed_swap_moves_both_rows() -> None:
     listed = listing(("b", "main", ("0-1", "0-2")), ("a", "main", ("1-1", "1-2")))
     assert plan([A0, B1], listed) == ({("uid-a", "uid-b"), ("uid-b", "uid-a")}, set())
+
+
+def test_a_closed_swap_gives_each_row_to_the_container_kubelet_lists_with_its_devices() -> None:
+    listed = listing(("b", "worker", ("0-1", "0-2")), ("a", "main", ("1-1", "1-2")))
+    b1 = row("b", 1, ("1-1", "1-2"), container="worker")
+    found = plan_moves(
+        [A0, b1],
+        {(r.pod_uid, r.container, r.resource) for r in (A0, b1)},
+        listed,
+        lambda ns, name: UIDS.get((ns, name)),
+        lambda uid: False,
+        settled=lambda: False,
+    )
+    assert sorted(found.moves, key=lambda m: m.key) == [
+        Move(("uid-a", "main", MEM), "uid-b", "ml", "b", "worker"),
+        Move(("uid-b", "worker", MEM), "uid-a", "ml", "a", "main"),
+    ]
+    after = apply_moves([A0, b1, B1], found.moves)  # B1 is no move's: as it was
+    assert [(r.pod_uid, r.namespace, r.pod_name, r.container, r.gpus) for r in after] == [
+        ("uid-b", "ml", "b", "worker", A0.gpus),
+        ("uid-a", "ml", "a", "main", b1.gpus),
+        ("uid-b", "ml", "b", "main", B1.gpus),
+    ]
 
 
 def test_an_open_swap_waits_for_the_other_pods_allocate() -> None:
