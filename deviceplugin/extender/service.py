@@ -125,9 +125,9 @@ class ExtenderService:
 
     def _quick_score(
         self, view: NodeView, request: PodRequest, shape: int, policy: Policy
-    ) -> tuple[int, int] | None:
-        """(the node's generation, host score) when the family's quick fit finds the pod fits on
-        `view`; None when the full fit must decide (it does not fit, or quick cannot tell).
+    ) -> int | None:
+        """The host score when the family's quick fit finds the pod fits on `view`; None when the
+        full fit must decide (it does not fit, or quick cannot tell).
 
         Pods of one shape come in runs (a job's replicas) and most nodes do not change between
         two of them: the score found for a request is kept with the node's generation, so the
@@ -137,7 +137,7 @@ class ExtenderService:
         if quick is not None and quick.generation == generation and quick.policy is policy:
             kept = quick.scores.get(shape, _NOT_KEPT)
             if kept != _NOT_KEPT:
-                return None if kept is None else (generation, kept)
+                return kept
         family = self.inventory.family
         with view.lock:
             generation, quick = view.generation, view.quick
@@ -150,7 +150,7 @@ class ExtenderService:
             if len(quick.scores) >= QUICK_SHAPES:
                 quick.scores.clear()
             quick.scores[shape] = score
-        return None if score is None else (generation, score)
+        return score
 
     def _unusable(self, name: str, view: NodeView | None) -> str:
         """Why a node cannot take any pod of this strategy, or "" when it can be fitted."""
@@ -276,7 +276,7 @@ class ExtenderService:
             if view is not None and request.quick:
                 quick = self._quick_score(view, request, shape, policy)
                 if quick is not None:
-                    scores.append((name, quick[1]))
+                    scores.append((name, quick))
                     continue
             if self._unusable(name, view) or view is None:
                 scores.append((name, 0))
