@@ -537,14 +537,18 @@ class PodAllocator(Generic[P]):
         with self._unverified_lock:
             self._unverified.add(key)
             if len(self._unverified) >= self._prune_at:
-                self._unverified = {held for held in self._unverified if held in self.ledger.holding}
+                self._drop_released()
                 self._prune_at = max(UNVERIFIED_PRUNE_MIN, 2 * len(self._unverified))
+
+    def _drop_released(self) -> None:
+        """Keep only the rows to check that the ledger still holds (caller holds `_unverified_lock`)."""
+        self._unverified = {key for key in self._unverified if key in self.ledger.holding}
 
     def unverified(self) -> frozenset[Key]:
         """Rows that may be held by another container than the ledger says (without `_lock`: the
         release loop asks from the pod cache's thread, which an Allocate may be waiting on)."""
         with self._unverified_lock:
-            self._unverified = {key for key in self._unverified if key in self.ledger.holding}
+            self._drop_released()
             return frozenset(self._unverified)
 
     def _awaited(self, listing: Listing, pods: Iterable[Obj]) -> bool:
