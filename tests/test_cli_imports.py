@@ -142,3 +142,11 @@ def test_emulator_commands_without_the_emulators_say_how_to_install_them(argv: l
         f"deviceplugin {argv[0]}: the emulators (package kubesim) are not installed; they are not part "
         "of the product: pip install -e ./emulators from a checkout of the repository"
     ]
+
+
+def test_the_daemon_loads_the_kubernetes_client_only_once_registered() -> None:
+    """`run` registers with kubelet before it loads its API client: the daemon's code imports no
+    part of the kubernetes package (a quarter of a second of start-up, bench/startup.py)."""
+    loaded = loaded_after("import deviceplugin.runner")
+    assert under(loaded, ("deviceplugin.plugin.daemon",)) != []
+    assert under(loaded, ("kubernetes",)) == []

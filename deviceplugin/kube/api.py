@@ -21,11 +21,13 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import kubernetes
 import urllib3
 import yaml
+
+if TYPE_CHECKING:
+    import kubernetes
 
 from deviceplugin.backoff import Backoff, Retries
 from deviceplugin.logs import get_log
@@ -109,6 +111,10 @@ def _malformed(err: Exception) -> str:
 
 def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
     """From a kubeconfig file, else the pod's service account (in-cluster)."""
+    # Imported here, not with this module: the package costs a quarter of a second to import, and
+    # the node daemon registers with kubelet before it loads its client (bench/startup.py).
+    import kubernetes  # noqa: PLC0415
+
     client: kubernetes.client.ApiClient
     try:
         if kubeconfig is not None:
@@ -132,9 +138,10 @@ def _source(kubeconfig: Path | None) -> str:
 
 
 class Kube:
-    """The API calls the daemon makes, as JSON in and out."""
+    """The API calls the daemon makes, as JSON in and out. Made without a client (None), it is
+    not connected: every call fails as unanswered (transient) until `client` is set."""
 
-    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+    def __init__(self, client: kubernetes.client.ApiClient | None) -> None:
         self.client = client
         self.timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
@@ -157,6 +164,8 @@ class Kube:
         `stream`. A failure raises `ApiError`, counted in `errors` as `call` unless its status is
         one of `expected` (an answer the caller takes as an outcome, not a failure)."""
         client = self.client
+        if client is None:
+            raise self._counted(call, ApiError(0, "NotConnected", "no API client loaded yet"), expected)
         headers = {**client.default_headers, "Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -46,6 +46,9 @@ from deviceplugin.plugin.snapshot import (
     PodOnGpu,
 )
 from deviceplugin.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    import kubernetes
 
 log = logs.get_log(__name__)
 
@@ -147,6 +150,7 @@ class KubeSide:
     """Pod cache, events, node state and the outbox: everything that talks to the API server. The
     daemon serves kubelet with or without it, and all of it retries on its own while the API is down."""
 
+    kube: Kube
     pods: PodCache
     events: EventRecorder
     watch: NodeWatch
@@ -157,20 +161,19 @@ class KubeSide:
     ledger: Ledger
     on_ledger: StorageListener
     handshake: Handshake | None = None
+    started: bool = False  # built, its parts not running yet (a client that failed to load)
 
     @staticmethod
-    def connect(config: DaemonConfig, env: Mapping[str, str]) -> Kube | None:
-        """The API client, or None when no API is configured (a warning, not an error)."""
+    def connect(config: DaemonConfig, env: Mapping[str, str], *, load: bool) -> Kube | None:
+        """The API facade, its client loaded now when `load` (else by `start`), or None when no API
+        is configured (a warning, not an error)."""
         if config.kubeconfig is None and not env.get("KUBERNETES_SERVICE_HOST"):
             log.warning("no Kubernetes API (--kubeconfig, or run in a pod): pods and node state not followed")
             return None
-        try:
-            return Kube(load_client(config.kubeconfig))
-        except ConfigError as err:
-            raise StartupError(str(err), EXIT_CONFIG) from None
+        return Kube(_load_client(config) if load else None)
 
     @classmethod
-    def start(
+    def build(
         cls,
         kube: Kube,
         config: DaemonConfig,
@@ -232,14 +235,24 @@ class KubeSide:
                 heartbeat=config.vgpu_handshake,
                 supervisor=supervisor,
             )
-        for part in (pods, events, node, outbox, handshake, watch):
+        return cls(
+            kube, pods, events, watch, node, outbox, gpu.health, on_health, ledger, on_ledger, handshake
+        )
+
+    def start(self, config: DaemonConfig) -> None:
+        """Load the client if `connect` did not, then start following the API server."""
+        if self.kube.client is None:
+            self.kube.client = _load_client(config)
+        for part in (self.pods, self.events, self.node, self.outbox, self.handshake, self.watch):
             if part is not None:
                 part.start()
-        return cls(pods, events, watch, node, outbox, gpu.health, on_health, ledger, on_ledger, handshake)
+        self.started = True
 
     def stop(self) -> None:
         self.health.remove_listener(self.on_health)
         self.ledger.remove_listener(self.on_ledger)
+        if not self.started:
+            return
         for part in (self.watch, self.handshake, self.node, self.outbox, self.pods, self.events):
             if part is not None:
                 part.stop()
@@ -346,10 +359,17 @@ class Services:
         self.kube = (
             None
             if api is None
-            else KubeSide.start(
+            else KubeSide.build(
                 api, config, gpu, layout, self.ledger, family=family, supervisor=self.supervisor
             )
         )
+        rebuild = self._rebuilder(config)
+        # The API side starts after the first Register (loading the client imports the kubernetes
+        # package: most of the start-up time, bench/startup.py): kubelet lists the devices
+        # meanwhile, and an Allocate waits for its pod as it does on a cache not yet synced. Not
+        # when a ledger must be rebuilt: that reads the API, and must end before kubelet calls.
+        if self.kube is not None and rebuild is not None:
+            self._start_kube(self.kube, config)
         self.releaser = Releaser(
             self.ledger,
             self.kube.pods if self.kube else None,
@@ -358,7 +378,7 @@ class Services:
             grace_s=config.release_grace_period,
             on_released=self._on_released if family.uses_hook else lambda _uid: None,
             supervisor=self.supervisor,
-            rebuild=self._rebuilder(config),
+            rebuild=rebuild,
         )
         servers = [
             PluginServer(
@@ -379,6 +399,15 @@ class Services:
         except (OSError, RuntimeError, grpc.RpcError) as err:
             self.stop()
             raise StartupError(f"cannot serve in {config.device_plugin_dir}: {err}") from None
+        if self.kube is not None and rebuild is None:
+            self._start_kube(self.kube, config)
+
+    def _start_kube(self, kube: KubeSide, config: DaemonConfig) -> None:
+        try:
+            kube.start(config)
+        except StartupError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for part in (self.registrar, self.releaser, self.kube):
@@ -391,6 +420,13 @@ def _layout(config: DaemonConfig, gpu: GpuSide) -> Layout:
     try:
         return choose_layout(config, gpu.gpus)
     except FactorError as err:
+        raise StartupError(str(err), EXIT_CONFIG) from None
+
+
+def _load_client(config: DaemonConfig) -> kubernetes.client.ApiClient:
+    try:
+        return load_client(config.kubeconfig)
+    except ConfigError as err:
         raise StartupError(str(err), EXIT_CONFIG) from None
 
 
@@ -422,7 +458,7 @@ class Daemon:
         self.gpu = GpuSide.start(config, env, self.supervisor)
         try:
             self.layout = _layout(config, self.gpu)
-            self.api = KubeSide.connect(config, env)
+            self.api = KubeSide.connect(config, env, load=False)  # loaded once registered
             self.services = Services(
                 _open_ledger(config), self.stats, HookPath(config.hook_path), self.supervisor
             )
@@ -442,7 +478,7 @@ class Daemon:
         gpu = GpuSide.start(config, self.env, self.supervisor) if changed_source else self.gpu
         try:
             layout = _layout(config, gpu)
-            api = KubeSide.connect(config, self.env)
+            api = KubeSide.connect(config, self.env, load=True)  # a bad one keeps the running one
             ledger = (
                 _open_ledger(config) if config.state_dir != self.config.state_dir else self.services.ledger
             )
