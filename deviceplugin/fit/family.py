@@ -30,13 +30,11 @@ class PodRequest:
     quick: bool = False  # the family's `quick` decides this pod's fit exactly as `fit` does
 
 
-class Family(Protocol):
-    """One GPU strategy's scheduling rules. Methods taking `gpus` change or read them only under
-    the caller's lock for that node."""
-
-    @property
-    def strategy(self) -> Strategy:
-        """The strategy this family implements (the node label's value)."""
+class DeviceFamily(Protocol):
+    """One family's scheduling rules. Methods taking `gpus` change or read them only under the
+    caller's lock for that node. A node runs one GPU strategy (`Family`) and, beside it, any
+    number of families picked by what the node registers rather than by its strategy label (the
+    Ascend chips, `fit.families.ascend`); a pod may ask several of them."""
 
     @property
     def resources(self) -> tuple[str, ...]:
@@ -85,3 +83,11 @@ class Family(Protocol):
 
     def unbook(self, gpus: Sequence[GpuState], uid: str, compat: Compat, config: VgpuConfig) -> None:
         """Take the pod with `uid` off `gpus` again."""
+
+
+class Family(DeviceFamily, Protocol):
+    """One GPU strategy's scheduling rules, picked by the node's strategy label."""
+
+    @property
+    def strategy(self) -> Strategy:
+        """The strategy this family implements (the node label's value)."""

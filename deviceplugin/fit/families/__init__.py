@@ -1,13 +1,17 @@
-"""The device families by strategy: the one place a strategy name picks code (docs/families.md)."""
+"""The device families by strategy: the one place a strategy name picks code (docs/families.md).
+
+The Ascend families are not picked by strategy: there is one per chip the `vnpus` configuration
+names (`ascend_families`), next to whichever GPU strategy a node runs."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from deviceplugin.fit.errors import ConfigError
+from deviceplugin.fit.families.ascend import AscendFamily, ascend_families
 from deviceplugin.fit.families.gpushare import NumberFamily, ShareFamily
 from deviceplugin.fit.families.vgpu import VgpuFamily
-from deviceplugin.fit.family import Family
+from deviceplugin.fit.family import DeviceFamily, Family
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 
 FAMILIES: Mapping[Strategy, Family] = {
@@ -24,4 +28,4 @@ def family_of(strategy: str) -> Family:
     return family
 
 
-__all__ = ["FAMILIES", "Family", "family_of"]
+__all__ = ["FAMILIES", "AscendFamily", "DeviceFamily", "Family", "ascend_families", "family_of"]
