@@ -20,6 +20,7 @@ finished or terminating pod is never a candidate.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,8 +289,27 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
     ) -> None:
         super().__init__(devices, health, pods, ledger, events, **options)
         self.hook = hook_path
-        self.disable_core_limit = disable_core_limit
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
+        # Pods come (and change as they are served) ahead of their Allocates: the cache
+        # directories they will need are made then, on the cache's thread (`hook.refill`).
+        pods.add_listener(lambda _kind, _pod: hook_path.refill())
+        # What every container's response shares, built once (the request path builds only
+        # what names the pod; the library is still looked for on every call).
+        self._library = str(hook_path.library)
+        self._library_mount = pb.Mount(
+            container_path=hook.CONTAINER_LIBRARY, host_path=self._library, read_only=True
+        )
+        self._lock_mount = pb.Mount(
+            container_path=hook.CONTAINER_LOCK_DIR, host_path=str(hook_path.lock), read_only=False
+        )
+        self._preload_mount = pb.Mount(
+            container_path=hook.CONTAINER_PRELOAD, host_path=str(hook_path.preload), read_only=True
+        )
+        self._node_envs: dict[str, str] = {}  # after the container's own, in this order
+        if self.devices.layout.memory_scaling > 1:  # as HAMi: the upstream Volcano plugin keys it to cores
+            self._node_envs[OVERSUBSCRIBE] = "true"
+        if disable_core_limit:
+            self._node_envs[CORE_POLICY] = "disable"
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
         return read_vgpu_pod(pod, self.node_name, self.resource)
@@ -337,35 +357,31 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         assert isinstance(pod, VgpuPod)
         if need.name in pod.accounting:
             return pb.ContainerAllocateResponse()
-        where = f"pod {pod.display} container {need.name!r}"
-        if not self.hook.library.is_file():
+        if not os.path.isfile(self._library):
             raise AllocateError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "hook-missing",
-                f"{where}: the HAMi-core library {self.hook.library} is missing on node {self.node_name} "
-                "(install it under --hook-path)",
+                f"pod {pod.display} container {need.name!r}: the HAMi-core library {self._library} is "
+                f"missing on node {self.node_name} (install it under --hook-path)",
                 pod,
             )
         devices = self._devices(pod, need)
+        mib = self.devices.layout.mib
         envs = {"NVIDIA_VISIBLE_DEVICES": self._visible(placement.gpus)}
         for i, device in enumerate(devices):
-            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{self.devices.layout.mib(device.memory)}m"
+            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{mib(device.memory)}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)
         envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{hook.CONTAINER_CACHE_DIR}/{pod.uid}.cache"
-        if self.devices.layout.memory_scaling > 1:  # as HAMi: the upstream Volcano plugin keys it to cores
-            envs[OVERSUBSCRIBE] = "true"
-        if self.disable_core_limit:
-            envs[CORE_POLICY] = "disable"
-        cache = self.hook.container_path(pod.uid, need.name)
+        envs.update(self._node_envs)
+        cache = str(self.hook.container_path(pod.uid, need.name))
         mounts = [
-            pb.Mount(container_path=hook.CONTAINER_LIBRARY, host_path=str(self.hook.library), read_only=True),
-            pb.Mount(container_path=hook.CONTAINER_CACHE_DIR, host_path=str(cache), read_only=False),
-            pb.Mount(container_path=hook.CONTAINER_LOCK_DIR, host_path=str(self.hook.lock), read_only=False),
+            self._library_mount,
+            pb.Mount(container_path=hook.CONTAINER_CACHE_DIR, host_path=cache, read_only=False),
+            self._lock_mount,
         ]
         if need.name not in pod.uncontrolled:
-            preload = str(self.hook.preload)
-            mounts.append(pb.Mount(container_path=hook.CONTAINER_PRELOAD, host_path=preload, read_only=True))
-        return pb.ContainerAllocateResponse(envs=envs, mounts=mounts)
+            mounts.append(self._preload_mount)
+        return pb.ContainerAllocateResponse(envs=envs, mounts=mounts)  # copies the shared mounts
 
     def _prepare(self, placement: Placement) -> None:
         assert isinstance(placement.pod, VgpuPod)

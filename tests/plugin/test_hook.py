@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.plugin.hook import CONTAINER_CACHE_DIR, CONTAINER_LOCK_DIR, HookPath
+from deviceplugin.plugin.hook import CONTAINER_CACHE_DIR, CONTAINER_LOCK_DIR, READY, HookPath
 
 
 def _response(*mounts: tuple[str, Path]) -> bytes:
@@ -79,3 +80,37 @@ def test_each_removed_cache_directory_is_logged(tmp_path: Path, caplog: pytest.L
         hook.keep_mounted([])
     removed = [r for r in caplog.records if r.getMessage() == "vgpu cache dir removed"]
     assert [r.fields for r in removed] == [{"path": str(gone)}]  # type: ignore[attr-defined]
+
+
+def test_directories_made_ahead_are_handed_out_empty_shared_and_the_daemons(tmp_path: Path) -> None:
+    """Allocate renames a directory made ahead into place: the container still gets an empty one
+    of mode 0777 owned by the daemon's user, and the stock is made anew by the next start (an
+    earlier run's, whatever is in it, is gone)."""
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    assert len(list(hook.ready.iterdir())) == READY
+    (next(hook.ready.iterdir()) / "leftover").write_text("not a container's")
+    hook = HookPath(tmp_path)  # the next start
+    hook.prepare()
+    assert [list(p.iterdir()) for p in hook.ready.iterdir()] == [[]] * READY
+    handed = [hook.container_dir(f"uid-{n}", "main") for n in range(READY + 2)]  # the last two made here
+    for path in handed:
+        status = path.stat()
+        assert list(path.iterdir()) == []
+        assert (status.st_mode & 0o777, status.st_uid) == (0o777, os.getuid())
+    assert list(hook.ready.iterdir()) == []
+    hook.refill()
+    assert len(list(hook.ready.iterdir())) == READY
+    hook.keep_mounted([])  # the stock is no container's: only handed-out directories go
+    assert len(list(hook.ready.iterdir())) == READY
+    assert list(hook.containers.iterdir()) == []
+
+
+def test_an_empty_stale_directory_is_replaced_by_one_made_ahead(tmp_path: Path) -> None:
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    stale = hook.container_path("uid-a", "main")
+    stale.mkdir(mode=0o700)
+    assert hook.container_dir("uid-a", "main") == stale
+    assert stale.stat().st_mode & 0o777 == 0o777
+    assert len(list(hook.ready.iterdir())) == READY - 1

@@ -16,6 +16,7 @@ from deviceplugin.fit.model import Assigned
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.allocate import AccountingAllocator, AllocateError, AllocationStats
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
+from deviceplugin.plugin.hook import READY
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.vgpu import VgpuAllocator
 from tests.kube.waiting import wait_for
@@ -201,6 +202,86 @@ def test_cuda_disable_control_skips_the_preload_only(vgpu: Rig) -> None:
     paths = mounts(vgpu.allocator.allocate(["GPU-000-0"]))
     assert "/etc/ld.so.preload" not in paths
     assert "/usr/local/vgpu/libvgpu.so" in paths
+
+
+def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(vgpu: Rig, tmp_path: Path) -> None:
+    """Byte for byte (the ledger keeps these bytes, a repeat answers them): the container's env in
+    order, then the node's (an oversubscribing layout, the core limit disabled); the library,
+    cache, lock and preload mounts in that order; no preload for a CUDA_DISABLE_CONTROL one."""
+    devices = DeviceList(RESOURCES["vgpu"][0], GPUS, Layout(split_count=4, memory_scaling=2.0))
+    number = VgpuAllocator(
+        devices,
+        vgpu.health,
+        vgpu.pods,
+        vgpu.ledger,
+        vgpu.events,
+        hook_path=vgpu.allocator.hook,  # type: ignore[attr-defined]
+        disable_core_limit=True,
+        node_name=NODE,
+        timeout_s=1.0,
+    )
+    env = {"free": [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]}
+    pod = vpod(
+        vgpu,
+        "exact",
+        [("cuda", [("GPU-000", 1000, 50), ("GPU-222", 3000, 50)]), ("free", [("GPU-111", 100, 20)])],
+        env=env,
+    )
+    uid, hook = pod["metadata"]["uid"], tmp_path / "hook"
+
+    def expected(container: str, envs: dict[str, str], preload: bool) -> bytes:
+        mounts = [
+            pb.Mount(
+                container_path="/usr/local/vgpu/libvgpu.so", host_path=f"{hook}/libvgpu.so", read_only=True
+            ),
+            pb.Mount(container_path="/tmp/vgpu", host_path=f"{hook}/vgpu/containers/{uid}_{container}"),
+            pb.Mount(container_path="/tmp/vgpulock", host_path=f"{hook}/vgpu/lock"),
+        ]
+        if preload:
+            mounts.append(
+                pb.Mount(
+                    container_path="/etc/ld.so.preload", host_path=f"{hook}/ld.so.preload", read_only=True
+                )
+            )
+        node = {"CUDA_OVERSUBSCRIBE": "true", "GPU_CORE_UTILIZATION_POLICY": "disable"}
+        return pb.ContainerAllocateResponse(envs={**envs, **node}, mounts=mounts).SerializeToString()
+
+    cache = f"/tmp/vgpu/{uid}.cache"
+    first = number.allocate(["GPU-000-0", "GPU-222-0"]).SerializeToString()
+    assert first == expected(
+        "cuda",
+        {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-000,GPU-222",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "1000m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "3000m",
+            "CUDA_DEVICE_SM_LIMIT": "50",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": cache,
+        },
+        preload=True,
+    )
+    second = number.allocate(["GPU-111-0"]).SerializeToString()
+    assert second == expected(
+        "free",
+        {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-111",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "100m",
+            "CUDA_DEVICE_SM_LIMIT": "20",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": cache,
+        },
+        preload=False,
+    )
+    assert [row.response for row in vgpu.ledger.active()] == [first, second]
+
+
+def test_the_cache_directories_allocates_take_are_made_again_as_pods_come(vgpu: Rig) -> None:
+    """Allocate renames a directory made ahead into place; the pod cache's thread makes the next
+    ones as pods come, so Allocates keep finding them (`hook.refill`)."""
+    ready = vgpu.allocator.hook.ready  # type: ignore[attr-defined]
+    vpod(vgpu, "first", [("cuda", [("GPU-000", 100, 0)])])
+    vgpu.allocator.allocate(["GPU-000-0"])
+    assert len(list(ready.iterdir())) == READY - 1
+    vpod(vgpu, "second", [("cuda", [("GPU-000", 100, 0)])])  # in the cache: its listeners have run
+    assert len(list(ready.iterdir())) == READY
 
 
 def test_pods_are_served_in_bind_order_not_by_vgpu_time(vgpu: Rig) -> None:
