@@ -43,6 +43,7 @@ class HookPath:
         self.library = root / "libvgpu.so"
         self.preload = root / "ld.so.preload"
         self.containers = root / "vgpu" / "containers"
+        self._containers = str(self.containers)
         self.lock = root / "vgpu" / "lock"
         self.ready = root / "vgpu" / "ready"
         self.found_dirs = False  # container cache directories were there when `prepare` ran
@@ -66,11 +67,13 @@ class HookPath:
         if not self.library.is_file():
             log.warning("HAMi-core library missing: vGPU containers cannot start", path=str(self.library))
 
-    def container_path(self, pod_uid: str, container: str) -> Path:
-        """Where the container's cache directory is (see `container_dir`)."""
-        return self.containers / f"{pod_uid}_{container}"
+    def container_path(self, pod_uid: str, container: str) -> str:
+        """Where the container's cache directory is (see `container_dir`): `str(containers /
+        name)`, joined as a string (a third of the time); neither part holds a '/' (the API
+        server makes the UID, a container name is a DNS label)."""
+        return f"{self._containers}/{pod_uid}_{container}"
 
-    def container_dir(self, pod_uid: str, container: str) -> Path:
+    def container_dir(self, pod_uid: str, container: str) -> str:
         """The container's cache directory, created empty (a stale one from an earlier pod
         incarnation would hand it another container's state): one made ahead renamed into
         place (which replaces an empty stale one too), else made here."""
@@ -84,7 +87,7 @@ class HookPath:
                 return path
             shutil.rmtree(ready, ignore_errors=True)
         shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
+        Path(path).mkdir(parents=True)
         os.chmod(path, SHARED)
         return path
 
@@ -125,7 +128,7 @@ class HookPath:
                 log.info("vgpu cache dir removed", path=str(path))
 
 
-def _renamed(source: str, target: Path) -> bool:
+def _renamed(source: str, target: str) -> bool:
     try:
         os.rename(source, target)
     except OSError:

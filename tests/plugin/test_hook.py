@@ -21,11 +21,11 @@ def _response(*mounts: tuple[str, Path]) -> bytes:
 def test_directories_stay_exactly_while_a_live_response_mounts_them(tmp_path: Path) -> None:
     hook = HookPath(tmp_path)
     hook.prepare()
-    mine = hook.container_dir("uid-a", "main")
+    mine = Path(hook.container_dir("uid-a", "main"))
     # A swapped row: pod b's container runs with the directory made under pod a's UID, and
     # pod a's own directory (uid-b_main) is no longer mounted by anyone.
-    orphan = hook.container_dir("uid-b", "main")
-    crashed = hook.container_dir("uid-c", "main")  # an Allocate that died before its ledger write
+    orphan = Path(hook.container_dir("uid-b", "main"))
+    crashed = Path(hook.container_dir("uid-c", "main"))  # an Allocate that died before its ledger write
     hook.keep_mounted([_response((CONTAINER_CACHE_DIR, mine), (CONTAINER_LOCK_DIR, hook.lock))])
     assert mine.is_dir()
     assert not orphan.exists() and not crashed.exists()
@@ -66,9 +66,9 @@ def test_a_missing_library_is_warned_with_its_path(tmp_path: Path, caplog: pytes
 def test_a_stale_cache_directory_is_handed_out_empty(tmp_path: Path) -> None:
     hook = HookPath(tmp_path)
     hook.prepare()
-    stale = hook.container_dir("uid-a", "main")
+    stale = Path(hook.container_dir("uid-a", "main"))
     (stale / "leftover").write_text("another incarnation's state")
-    assert hook.container_dir("uid-a", "main") == stale
+    assert Path(hook.container_dir("uid-a", "main")) == stale
     assert list(stale.iterdir()) == []
 
 
@@ -93,7 +93,9 @@ def test_directories_made_ahead_are_handed_out_empty_shared_and_the_daemons(tmp_
     hook = HookPath(tmp_path)  # the next start
     hook.prepare()
     assert [list(p.iterdir()) for p in hook.ready.iterdir()] == [[]] * READY
-    handed = [hook.container_dir(f"uid-{n}", "main") for n in range(READY + 2)]  # the last two made here
+    handed = [
+        Path(hook.container_dir(f"uid-{n}", "main")) for n in range(READY + 2)
+    ]  # the last two made here
     for path in handed:
         status = path.stat()
         assert list(path.iterdir()) == []
@@ -109,8 +111,8 @@ def test_directories_made_ahead_are_handed_out_empty_shared_and_the_daemons(tmp_
 def test_an_empty_stale_directory_is_replaced_by_one_made_ahead(tmp_path: Path) -> None:
     hook = HookPath(tmp_path)
     hook.prepare()
-    stale = hook.container_path("uid-a", "main")
+    stale = Path(hook.container_path("uid-a", "main"))
     stale.mkdir(mode=0o700)
-    assert hook.container_dir("uid-a", "main") == stale
+    assert Path(hook.container_dir("uid-a", "main")) == stale
     assert stale.stat().st_mode & 0o777 == 0o777
     assert len(list(hook.ready.iterdir())) == READY - 1
