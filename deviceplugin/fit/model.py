@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,6 +102,37 @@ class MigState:
     used: dict[str, list[int]] = field(default_factory=dict)
 
 
+class _NoPods(Mapping[str, PodUsage]):
+    """The pods of a card that holds none: empty and read-only, so one object serves every such
+    card (a scheduler holds every card of the cluster, most of them idle; an empty dict of its
+    own is 64 bytes each). `fit.usage` gives a card a dict on its first pod and `NO_PODS` back
+    when its last one leaves."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> PodUsage:
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+NO_PODS: Mapping[str, PodUsage] = _NoPods()
+
+
+def _no_pods() -> Mapping[str, PodUsage]:
+    return NO_PODS
+
+
 @dataclass(slots=True)
 class GpuState:
     """One physical GPU as a scheduler sees it: capacity, health, mode, and what pods use of it."""
@@ -118,7 +149,7 @@ class GpuState:
     used_num: int = 0
     used_memory: int = 0
     used_cores: int = 0
-    pods: dict[str, PodUsage] = field(default_factory=dict)
+    pods: Mapping[str, PodUsage] = field(default_factory=_no_pods)  # by UID; written by fit.usage only
     mig: MigState | None = None
 
     @property

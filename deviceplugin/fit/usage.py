@@ -38,6 +38,7 @@ from deviceplugin.fit.mig import (
 )
 from deviceplugin.fit.model import (
     DEFAULT_VGPU_CONFIG,
+    NO_PODS,
     Assigned,
     Compat,
     GpuState,
@@ -86,6 +87,44 @@ def _new_usage(pod: objects.Obj, volcano: bool) -> PodUsage:
     )
 
 
+_AMOUNTS_KEPT = 4096  # distinct amounts remembered; past it the memo starts afresh
+_amounts: dict[int, int] = {}
+
+
+def _amount(value: int) -> int:
+    """One int object per amount of memory: a scheduler holds a few per card of the cluster, and
+    each int above 256 is an object of its own (32 bytes) though the amounts repeat."""
+    found = _amounts.get(value)
+    if found is None:
+        if len(_amounts) >= _AMOUNTS_KEPT:
+            _amounts.clear()
+        found = _amounts[value] = value
+    return found
+
+
+def _hold(card: GpuState, uid: str, usage: PodUsage) -> None:
+    """Record `usage` as the card's entry for pod `uid` (a card holding none gets a dict)."""
+    if isinstance(card.pods, dict):
+        card.pods[uid] = usage
+    else:
+        card.pods = {**card.pods, uid: usage}
+
+
+def _release(card: GpuState, uid: str) -> PodUsage | None:
+    """Take pod `uid`'s entry off the card, if it has one; a card left with none shares `NO_PODS`."""
+    pods = card.pods
+    if uid not in pods:
+        return None
+    usage = pods[uid]
+    if len(pods) == 1:
+        card.pods = NO_PODS
+    elif isinstance(pods, dict):
+        del pods[uid]
+    else:
+        card.pods = {key: held for key, held in pods.items() if key != uid}
+    return usage
+
+
 def _uid(pod: objects.Obj) -> str:
     uid = objects.uid(pod)
     if not uid:
@@ -112,7 +151,7 @@ def gpushare_cards(
     if count > MAX_NODE_GPUS:
         # Volcano would build that many cards (2^63-1 for "1e30"): out of memory, not a node.
         raise QuantityError(f"capacity {keys.GPU_NUMBER} is {count}; a node has at most {MAX_NODE_GPUS} GPUs")
-    per_card = goint.int64_div(go_quantity_value(total), count)
+    per_card = _amount(goint.int64_div(go_quantity_value(total), count))
     name = objects.metadata(node).get("name") or "node"
     unhealthy = parse_unhealthy_ids(objects.annotations_of(node).get(keys.GPU_UNHEALTHY_IDS, ""), compat)
     cards = [
@@ -135,7 +174,7 @@ def add_gpushare_pod(cards: Sequence[GpuState], pod: objects.Obj, compat: Compat
     volcano = is_volcano_compat(compat)
     uid = _uid(pod)
     remove_gpushare_pod(cards, uid)
-    memory = pod_gpu_memory(pod, compat)
+    memory = _amount(pod_gpu_memory(pod, compat))
     if memory <= 0 and pod_gpu_number(pod, compat) <= 0:
         return
     value = objects.annotations_of(pod).get(keys.GPU_INDEX)
@@ -149,20 +188,20 @@ def add_gpushare_pod(cards: Sequence[GpuState], pod: objects.Obj, compat: Compat
         if card.index in wanted:
             usage = _new_usage(pod, volcano)
             usage.memory = memory
-            card.pods[uid] = usage
+            _hold(card, uid, usage)
             card.used_num += 1
             if not usage.terminal:
-                card.used_memory += memory
+                card.used_memory = _amount(card.used_memory + memory)
 
 
 def remove_gpushare_pod(cards: Sequence[GpuState], uid: str) -> None:
     """Take a pod off every card (Volcano's SubResource)."""
     for card in cards:
-        usage = card.pods.pop(uid, None)
+        usage = _release(card, uid)
         if usage is not None:
             card.used_num -= 1
             if not usage.terminal:
-                card.used_memory -= usage.memory
+                card.used_memory = _amount(card.used_memory - usage.memory)
 
 
 # --- vGPU ------------------------------------------------------------------------------------
@@ -193,6 +232,7 @@ def vgpu_gpus(
             return []
     gpus = decode_node_register(value, compat)
     for gpu in gpus:
+        gpu.memory = _amount(gpu.memory)
         if gpu.mode != keys.MODE_MIG:
             continue
         geometry = geometry_for(gpu.type, config.mig_geometries)
@@ -251,10 +291,11 @@ def add_vgpu_pod(
                     mig_slots.append((group, position))
             usage.memory += booked
             usage.cores += device.cores
+        usage.memory = _amount(usage.memory)
         usage.mig_slots = tuple(mig_slots)
-        card.pods[uid] = usage
+        _hold(card, uid, usage)
         card.used_num += usage.slots
-        card.used_memory += usage.memory
+        card.used_memory = _amount(card.used_memory + usage.memory)
         card.used_cores += usage.cores
 
 
@@ -278,10 +319,10 @@ def _add_vgpu_volcano(
                 booked = slot_memory // factor
                 mig_slots = (parsed,)
             usage = _new_usage(pod, volcano=True)
-            usage.memory, usage.cores, usage.mig_slots = booked, device.cores, mig_slots
-            card.pods[uid] = usage
+            usage.memory, usage.cores, usage.mig_slots = _amount(booked), device.cores, mig_slots
+            _hold(card, uid, usage)
             card.used_num += 1
-            card.used_memory += booked
+            card.used_memory = _amount(card.used_memory + booked)
             card.used_cores += device.cores
 
 
@@ -300,7 +341,7 @@ def remove_vgpu_pod(
     volcano = is_volcano_compat(compat)
     factor = max(config.memory_factor, 1)
     for gpu in gpus:
-        usage = gpu.pods.pop(uid, None)
+        usage = _release(gpu, uid)
         if usage is None:
             continue
         released = usage.memory
@@ -311,5 +352,5 @@ def remove_vgpu_pod(
                 for group, position in usage.mig_slots:
                     release_slot(gpu.mig, group, position, not volcano)
         gpu.used_num -= usage.slots
-        gpu.used_memory -= released
+        gpu.used_memory = _amount(gpu.used_memory - released)
         gpu.used_cores -= usage.cores

@@ -428,6 +428,10 @@ def test_remove_frees_the_cards(compat: Compat) -> None:
     assert [card.used_num for card in cards] == [1, 0, 0, 0]
     remove_gpushare_pod(cards, "uid-never-added")
     assert [card.used_memory for card in cards] == [500, 0, 0, 0]
+    # Idle cards share one empty map of pods: a card emptied and booked again shows on no other.
+    add_gpushare_pod(cards, mem_pod("next", 256, "2"), compat)
+    assert [sorted(card.pods) for card in cards] == [["uid-keep"], [], ["uid-next"], []]
+    assert [card.used_memory for card in cards] == [500, 0, 256, 0]
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])

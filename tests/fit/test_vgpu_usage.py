@@ -108,6 +108,21 @@ def test_adding_twice_counts_once_and_remove_frees(compat: Compat) -> None:
     assert (cards[0].used_num, cards[0].used_memory, cards[0].used_cores, cards[0].pods) == (0, 0, 0, {})
 
 
+@pytest.mark.parametrize("compat", BOTH)
+def test_a_pod_booked_on_one_idle_card_leaves_every_other_idle_card_empty(compat: Compat) -> None:
+    """Idle cards share one empty map of pods: booking on one must not show on the others, on
+    this node or another, before or after the card has been emptied once."""
+    node, other = gpus(16000, 16000), gpus(16000)
+    for _ in range(2):
+        add_vgpu_pod(node, holder("a", "GPU-0,NVIDIA,1000,10:"), compat)
+        assert (list(node[0].pods), list(node[1].pods), list(other[0].pods)) == (["uid-a"], [], [])
+        add_vgpu_pod(node, holder("b", "GPU-0,NVIDIA,2000,0:"), compat)
+        remove_vgpu_pod(node, "uid-a", compat)
+        assert (list(node[0].pods), node[0].used_memory) == (["uid-b"], 2000)
+        remove_vgpu_pod(node, "uid-b", compat)
+        assert [(card.pods, card.used_num, card.used_memory) for card in node + other] == [({}, 0, 0)] * 3
+
+
 def test_default_re_add_replaces_changed_devices() -> None:
     cards = gpus(16000, 16000)
     add_vgpu_pod(cards, holder("a", "GPU-0,NVIDIA,1000,10:"))
