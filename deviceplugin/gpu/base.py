@@ -1,4 +1,4 @@
-"""The GPU backend interface: inventory, Xid event wait, per-GPU probe.
+"""The GPU backend interface: inventory, Xid event wait, per-GPU probe, MIG partitioning.
 
 Two implementations share it: `NvmlBackend` (the real driver through `pynvml`) and `FakeBackend`
 (`--fake-gpus`, for tests and `simulate`). Everything above this package sees only these types.
@@ -6,8 +6,12 @@ Two implementations share it: `NvmlBackend` (the real driver through `pynvml`) a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the daemon's option parsing reads this module; it needs no fit rules
+    from deviceplugin.fit.model import MigGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,39 @@ class XidEvent:
     xid: int
 
 
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device: a GPU instance with its one compute instance, as a container sees it."""
+
+    gpu_instance: int  # GI id on its card
+    compute_instance: int  # CI id within the GI
+    profile: str  # NVIDIA's GPU-instance profile name, e.g. "3g.40gb"
+    start: int  # placement start (memory slice) on the card
+    memory_mib: int
+    uuid: str  # "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+
+
+@dataclass(frozen=True, slots=True)
+class MigMatch:
+    """A card's MIG devices matched to a geometry group: the group and its devices in slot order."""
+
+    group: str
+    devices: tuple[MigDevice, ...]
+
+
+class MigError(Exception):
+    """A MIG operation cannot be done; the message says why in a user's terms (unsupported
+    model, unknown profile, no free placement, MIG mode off, the driver's error text)."""
+
+
+class MigBusy(MigError):
+    """The card's MIG instances cannot be destroyed: `device` is in use. Nothing was destroyed."""
+
+    def __init__(self, message: str, device: MigDevice) -> None:
+        super().__init__(message)
+        self.device = device
+
+
 class BackendError(Exception):
     """The backend cannot work at all (driver missing, NVML init failed, bad fake spec)."""
 
@@ -75,6 +112,31 @@ class GpuBackend(Protocol):
 
     def probe(self, uuid: str) -> bool:
         """Whether the GPU answers a cheap query now (used to return a GPU to Healthy)."""
+        ...
+
+    # --- MIG: every call names a card by UUID and raises `MigError` when it cannot be done ----
+
+    def mig_enabled(self, uuid: str) -> bool:
+        """The card's current MIG mode (a pending change does not count until the GPU resets)."""
+        ...
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        """The card's MIG devices by placement start; MigError when MIG mode is off."""
+        ...
+
+    def partition(self, uuid: str, group: MigGroup) -> tuple[MigDevice, ...]:
+        """Create exactly the group's instances (one full compute instance each) on a card that
+        holds none, at valid placements; the devices in slot order (the group's instance types in
+        its order, each by position). On failure nothing created stays."""
+        ...
+
+    def clear_mig(self, uuid: str) -> None:
+        """Destroy every MIG instance of the card; `MigBusy` (nothing destroyed) when one is in use."""
+        ...
+
+    def match_mig(self, uuid: str, groups: Sequence[MigGroup]) -> MigMatch | None:
+        """The first group whose instance types and counts are exactly the card's MIG devices, with
+        the devices in slot order; None when the card matches none (an empty card matches none)."""
         ...
 
     def close(self) -> None:

@@ -7,8 +7,17 @@ listing GPUs one by one:
      {"uuid": "GPU-...", "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920, "fail": "Unknown Error"}]
 
 Required keys: `uuid`, `model`, `memory_mib`. Optional: `numa` (default null), `minor` (default the
-position), `pci_bus_id` (default made up), `mig_enabled` (default false) and `fail` (the GPU fails
-enumeration with that message). A GPU's index is its position in the list.
+position), `pci_bus_id` (default made up), `mig_enabled` (default false), `mig_instances` (a card
+in MIG mode that starts partitioned, as nvidia-mig-parted leaves it: a list of profile names such as
+["3g.40gb", "3g.40gb"], placed at the first free placements; the model must be one
+`deviceplugin.gpu.mig` has a table for) and `fail` (the GPU fails enumeration with that message). A
+GPU's index is its position in the list.
+
+MIG is modelled as NVML does it: the model's profile table, placements that may not overlap, at
+most `max_count` instances of a profile (a misfit fails with "Insufficient Resources"), one
+compute instance per GPU instance, GPU-instance ids from 1 up, MIG UUIDs derived from the card's
+UUID and the GPU-instance id. Tests mark an instance busy (`set_mig_busy`) or make a create fail
+(`fail_mig_create`).
 
 Faults come in-process (`inject_xid`, `inject_wait_error`, `set_lost`) or from another process
 through an events file of JSON lines, read on each `wait_event` as it grows:
@@ -19,6 +28,13 @@ through an events file of JSON lines, read on each `wait_event` as it grows:
     {"restore": "GPU-..."}               it answers again
     {"raise": "message"}                 every wait raises RuntimeError(message), an error no
                                          backend is meant to raise, until {"raise": null}
+    {"mig_fail": "GPU-...", "error": "Unknown Error", "after": 0}
+                                         the GPU-instance create after `after` more successful
+                                         ones on that card fails with the driver text `error`
+    {"mig_busy": "GPU-...", "gi": 1, "busy": true}
+                                         a process holds (or no longer holds) that GPU instance
+
+MIG calls apply the events file's new lines first, so a line written before a call counts for it.
 
 Xid events and wait errors are delivered in the order they were injected.
 """
@@ -31,15 +47,22 @@ import threading
 import time
 import uuid as uuidlib
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from deviceplugin.fit.model import MigGroup, MigInstance
+from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import (
     BackendError,
     EnumerationError,
     GpuInfo,
     Inventory,
+    MigBusy,
+    MigDevice,
+    MigError,
+    MigMatch,
     WaitError,
     XidEvent,
 )
@@ -55,7 +78,9 @@ _UUID_NAMESPACE = uuidlib.UUID("6f1d3a52-9c1e-4b7a-8e0f-2a4c5d6e7f80")
 _POLL_S = 0.05
 _COUNT_FORM = re.compile(r"([+-]?\d*)[xX]([+-]?\d*)", re.ASCII)
 _UUID_SHAPE = re.compile(r"GPU-[0-9A-Za-z-]+", re.ASCII)
-_ENTRY_KEYS = frozenset({"uuid", "model", "memory_mib", "numa", "minor", "pci_bus_id", "mig_enabled", "fail"})
+_ENTRY_KEYS = frozenset(
+    {"uuid", "model", "memory_mib", "numa", "minor", "pci_bus_id", "mig_enabled", "mig_instances", "fail"}
+)
 
 
 def fake_uuid(index: int) -> str:
@@ -65,6 +90,47 @@ def fake_uuid(index: int) -> str:
 
 def _fake_bus_id(index: int) -> str:
     return f"00000000:{index + 1:02X}:00.0"
+
+
+def fake_mig_uuid(gpu_uuid: str, gpu_instance: int) -> str:
+    """The made-up UUID of the MIG device of GPU instance `gpu_instance` on a fake card."""
+    return f"MIG-{uuidlib.uuid5(_UUID_NAMESPACE, f'{gpu_uuid}/gi-{gpu_instance}')}"
+
+
+@dataclass(frozen=True, slots=True)
+class FakeSpec:
+    inventory: Inventory
+    mig_layouts: Mapping[str, tuple[str, ...]]  # card UUID -> profiles it starts partitioned into
+
+
+@dataclass(slots=True)
+class _Instance:
+    profile: mig.MigProfile
+    start: int
+    busy: bool = False
+
+
+@dataclass(slots=True)
+class _CreateFailure:
+    error: str
+    after: int  # creates that still succeed first
+
+
+@dataclass(frozen=True, slots=True)
+class _MigFail:
+    uuid: str
+    failure: _CreateFailure
+
+
+@dataclass(frozen=True, slots=True)
+class _MigBusy:
+    uuid: str
+    gpu_instance: int
+    busy: bool
+
+
+def _spec_group(profiles: Sequence[str]) -> MigGroup:
+    return MigGroup("the fake spec's mig_instances", tuple(MigInstance(name, 0, 1) for name in profiles))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +152,20 @@ class _Raise:
 class FakeBackend:
     """Made-up GPUs; thread-safe. `inventory` reports lost GPUs as enumeration errors."""
 
-    def __init__(self, inventory: Inventory, events_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        events_file: Path | None = None,
+        mig_layouts: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self._inventory = inventory
         self._known = {gpu.uuid for gpu in inventory.gpus}
+        self._gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
+        # GPU-instance id -> instance, for every card in MIG mode
+        self._mig: dict[str, dict[int, _Instance]] = {
+            gpu.uuid: {} for gpu in inventory.gpus if gpu.mig_enabled
+        }
+        self._mig_failures: dict[str, _CreateFailure] = {}
         self._events_file = events_file
         self._events_offset = 0
         self._cond = threading.Condition()
@@ -97,10 +174,15 @@ class FakeBackend:
         self._watched: set[str] = set()
         self._raising: str | None = None
         self._closed = False
+        for uuid, profiles in (mig_layouts or {}).items():
+            model = self._model(uuid)
+            for profile, start in mig.plan(model, _spec_group(profiles)):
+                self._create(uuid, profile, start)
 
     @classmethod
     def from_spec(cls, spec: str, events_file: Path | None = None) -> FakeBackend:
-        return cls(parse_spec(spec), events_file)
+        parsed = parse_spec(spec)
+        return cls(parsed.inventory, events_file, parsed.mig_layouts)
 
     @property
     def watched(self) -> frozenset[str]:
@@ -158,6 +240,146 @@ class FakeBackend:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    # --- MIG -----------------------------------------------------------------------------------
+
+    def mig_enabled(self, uuid: str) -> bool:
+        with self._cond:
+            self._answering(uuid)
+            return uuid in self._mig
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        with self._cond:
+            return self._devices(uuid)
+
+    def partition(self, uuid: str, group: MigGroup) -> tuple[MigDevice, ...]:
+        with self._cond:
+            held = self._devices(uuid)
+            model = self._model(uuid)
+            if held:
+                raise MigError(
+                    f"GPU {uuid} already holds {mig.layout(d.profile for d in held)}; "
+                    "its instances must be destroyed before it takes another geometry"
+                )
+            steps = mig.plan(model, group)
+            created = mig.create_all(
+                steps,
+                lambda profile, start: self._create(uuid, profile, start),
+                lambda device: self._destroy(uuid, device.gpu_instance),
+            )
+            return mig.slot_order(created, group)
+
+    def clear_mig(self, uuid: str) -> None:
+        with self._cond:
+            devices = self._devices(uuid)
+            instances = self._mig[uuid]
+            for device in devices:
+                if instances[device.gpu_instance].busy:
+                    raise MigBusy(
+                        f"GPU {uuid}: MIG device {device.uuid} ({device.profile}, GPU instance "
+                        f"{device.gpu_instance}) is in use; no instance was destroyed",
+                        device,
+                    )
+            instances.clear()
+
+    def match_mig(self, uuid: str, groups: Sequence[MigGroup]) -> MigMatch | None:
+        return mig.match_group(self.mig_devices(uuid), groups)
+
+    def set_mig_busy(self, uuid: str, gpu_instance: int, busy: bool = True) -> None:
+        """A process holds (or stops holding) the GPU instance, as the driver would see it."""
+        with self._cond:
+            self._apply_mig_busy(_MigBusy(uuid, gpu_instance, busy))
+
+    def fail_mig_create(self, uuid: str, error: str, after: int = 0) -> None:
+        """Make the GPU-instance create after `after` more successful ones on the card fail with
+        the driver's text `error` (once)."""
+        with self._cond:
+            if uuid not in self._known:
+                raise ValueError(f"no fake GPU {uuid}")
+            self._mig_failures[uuid] = _CreateFailure(error, after)
+
+    # --- MIG internals (lock held) -------------------------------------------------------------
+
+    def _answering(self, uuid: str) -> None:
+        try:
+            self._read_events_file()
+        except WaitError as err:
+            raise MigError(str(err)) from err
+        if uuid not in self._known:
+            raise MigError(f"no GPU {uuid} on this node")
+        if uuid in self._lost:
+            raise MigError(f"GPU {uuid} is lost")
+
+    def _devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        self._answering(uuid)
+        if uuid not in self._mig:
+            raise MigError(f"GPU {uuid} is not in MIG mode")
+        instances = self._mig[uuid]
+        return tuple(
+            self._device(uuid, gi, instances[gi])
+            for gi in sorted(instances, key=lambda gi: instances[gi].start)
+        )
+
+    @staticmethod
+    def _device(uuid: str, gpu_instance: int, instance: _Instance) -> MigDevice:
+        profile = instance.profile
+        return MigDevice(
+            gpu_instance,
+            0,
+            profile.name,
+            instance.start,
+            profile.memory_mib,
+            fake_mig_uuid(uuid, gpu_instance),
+        )
+
+    def _model(self, uuid: str) -> mig.MigModel:
+        gpu = self._gpus[uuid]
+        return mig.require_model(gpu.model, gpu.memory_mib)
+
+    def _create(self, uuid: str, profile: mig.MigProfile, start: int) -> MigDevice:
+        """nvmlDeviceCreateGpuInstanceWithPlacement plus its full compute instance."""
+        instances = self._mig[uuid]
+        failure = self._mig_failures.get(uuid)
+        if failure is not None:
+            if failure.after == 0:
+                del self._mig_failures[uuid]
+                raise MigError(
+                    f"creating a {profile.name} GPU instance on GPU {uuid} failed: {failure.error}"
+                )
+            failure.after -= 1
+        cells = set(range(start, start + profile.span))
+        taken = {
+            cell for held in instances.values() for cell in range(held.start, held.start + held.profile.span)
+        }
+        same = sum(1 for held in instances.values() if held.profile.name == profile.name)
+        if start not in profile.starts or cells & taken or same >= profile.max_count:
+            raise MigError(
+                f"creating a {profile.name} GPU instance at slice {start} on GPU {uuid} failed: "
+                "Insufficient Resources"
+            )
+        gpu_instance = next(gi for gi in range(1, len(instances) + 2) if gi not in instances)
+        instances[gpu_instance] = _Instance(profile, start)
+        return self._device(uuid, gpu_instance, instances[gpu_instance])
+
+    def _destroy(self, uuid: str, gpu_instance: int) -> None:
+        del self._mig[uuid][gpu_instance]
+
+    def _apply_mig_line(self, change: _MigFail | _MigBusy) -> None:
+        if change.uuid not in self._known:
+            log.warning("fake GPU event for an unknown GPU skipped", uuid=change.uuid)
+        elif isinstance(change, _MigFail):
+            self._mig_failures[change.uuid] = change.failure
+        else:
+            try:
+                self._apply_mig_busy(change)
+            except ValueError as err:
+                log.warning("fake GPU event line skipped", file=str(self._events_file), reason=str(err))
+
+    def _apply_mig_busy(self, change: _MigBusy) -> None:
+        instance = self._mig.get(change.uuid, {}).get(change.gpu_instance)
+        if instance is None:
+            raise ValueError(f"no GPU instance {change.gpu_instance} on fake GPU {change.uuid}")
+        instance.busy = change.busy
 
     # --- fault injection -----------------------------------------------------------------------
 
@@ -226,6 +448,8 @@ class FakeBackend:
             return
         if isinstance(change, _Raise):
             self._raising = change.message
+        elif isinstance(change, _MigFail | _MigBusy):
+            self._apply_mig_line(change)
         elif isinstance(change, _Lost):
             if change.uuid in self._known:
                 self._apply_lost(change)
@@ -235,11 +459,13 @@ class FakeBackend:
             self._queue.append(change)
 
 
-def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise:
+def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise | _MigFail | _MigBusy:
     """One events-file line; ValueError says what is wrong with it."""
     record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
+    if "mig_fail" in record or "mig_busy" in record:
+        return _parse_mig_line(record)
     if "xid" in record:
         if not set(record) <= {"xid", "uuid"}:
             raise ValueError(f"unexpected keys {sorted(set(record) - {'xid', 'uuid'})}")
@@ -265,15 +491,40 @@ def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise:
     raise ValueError(f"unknown key {key!r}")
 
 
+def _parse_mig_line(record: dict[str, Any]) -> _MigFail | _MigBusy:
+    if "mig_fail" in record:
+        _only(record, {"mig_fail", "error", "after"})
+        if "error" not in record:
+            raise ValueError("mig_fail needs the driver's error text in error")
+        after = record.get("after", 0)
+        if not _is_int(after) or after < 0:
+            raise ValueError(f"after {after!r} is not a non-negative integer")
+        return _MigFail(_text_field(record, "mig_fail"), _CreateFailure(_text_field(record, "error"), after))
+    _only(record, {"mig_busy", "gi", "busy"})
+    if "gi" not in record:
+        raise ValueError("mig_busy needs the GPU-instance id in gi")
+    gpu_instance, busy = record.get("gi"), record.get("busy", True)
+    if not _is_int(gpu_instance) or gpu_instance < 0:
+        raise ValueError(f"gi {gpu_instance!r} is not a GPU-instance id")
+    if not isinstance(busy, bool):
+        raise ValueError(f"busy {busy!r} is not true or false")
+    return _MigBusy(_text_field(record, "mig_busy"), gpu_instance, busy)
+
+
+def _only(record: dict[str, Any], allowed: set[str]) -> None:
+    if not set(record) <= allowed:
+        raise ValueError(f"unexpected keys {sorted(set(record) - allowed)}")
+
+
 # --- spec parsing --------------------------------------------------------------------------------
 
 
-def parse_spec(spec: str) -> Inventory:
-    """The inventory a `--fake-gpus` spec describes; `BackendError` naming the spec when malformed."""
+def parse_spec(spec: str) -> FakeSpec:
+    """The GPUs a `--fake-gpus` spec describes; `BackendError` naming the spec when malformed."""
     match = _COUNT_FORM.fullmatch(spec)
     try:
         if match is not None:
-            return _parse_count_form(match[1], match[2])
+            return FakeSpec(_parse_count_form(match[1], match[2]), {})
         return _parse_gpu_list(_read_json_file(spec))
     except ValueError as err:
         raise BackendError(f"fake GPU spec {spec!r}: {err}") from err
@@ -318,27 +569,43 @@ def _read_json_file(path: str) -> object:
         raise ValueError(f"invalid JSON: {err}") from err
 
 
-def _parse_gpu_list(document: object) -> Inventory:
+def _parse_gpu_list(document: object) -> FakeSpec:
     if not isinstance(document, list):
         raise ValueError("the file must hold a JSON list of GPU objects")
     if len(document) > MAX_GPUS:
         raise ValueError(f"{len(document)} GPUs listed, at most {MAX_GPUS} allowed")
     gpus: list[GpuInfo] = []
     errors: list[EnumerationError] = []
+    layouts: dict[str, tuple[str, ...]] = {}
     seen: set[str] = set()
     for index, entry in enumerate(document):
         try:
             gpu, failure = _parse_entry(index, entry)
             if gpu.uuid in seen:
                 raise ValueError(f"duplicate uuid {gpu.uuid!r}")
-        except ValueError as err:
+            layout = _parse_mig_instances(gpu, entry)
+        except (ValueError, MigError) as err:
             raise ValueError(f"GPU {index}: {err}") from err
         seen.add(gpu.uuid)
         if failure is None:
             gpus.append(gpu)
+            if layout:
+                layouts[gpu.uuid] = layout
         else:
             errors.append(EnumerationError(index, failure))
-    return Inventory(tuple(gpus), tuple(errors))
+    return FakeSpec(Inventory(tuple(gpus), tuple(errors)), layouts)
+
+
+def _parse_mig_instances(gpu: GpuInfo, entry: Any) -> tuple[str, ...]:
+    """A pre-partitioned card's profiles, checked to fit its model as the driver would place them."""
+    profiles = entry.get("mig_instances", [])
+    if not isinstance(profiles, list) or not all(isinstance(name, str) for name in profiles):
+        raise ValueError(f"mig_instances {profiles!r} is not a list of MIG profile names")
+    if profiles and not gpu.mig_enabled:
+        raise ValueError("mig_instances needs mig_enabled: true")
+    if profiles:
+        mig.plan(mig.require_model(gpu.model, gpu.memory_mib), _spec_group(profiles))
+    return tuple(profiles)
 
 
 def _parse_entry(index: int, entry: object) -> tuple[GpuInfo, str | None]:

@@ -1,27 +1,39 @@
 """The real GPUs, through NVML (`pynvml` from nvidia-ml-py).
 
+MIG is a thin mapping of the backend's operations onto NVML's GPU- and compute-instance calls;
+the placements, slot order and all-or-nothing creation are `deviceplugin.gpu.mig`'s.
+
 The module object is injected so that tests can hand in a stand-in with the same names; error
 codes are always read from that object (`NVML_ERROR_*`), never hard-coded.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
+from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import (
     BackendError,
     EnumerationError,
     GpuInfo,
     Inventory,
+    MigBusy,
+    MigDevice,
+    MigError,
+    MigMatch,
     WaitError,
     XidEvent,
 )
+
+if TYPE_CHECKING:
+    from deviceplugin.fit.model import MigGroup
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -216,6 +228,161 @@ class NvmlBackend:
         except self._error:
             return False
         return True
+
+    # --- MIG -----------------------------------------------------------------------------------
+
+    def mig_enabled(self, uuid: str) -> bool:
+        handle = self._mig_call(uuid, self._nvml.nvmlDeviceGetHandleByUUID, uuid)
+        try:
+            current, _pending = self._nvml.nvmlDeviceGetMigMode(handle)
+        except self._error as err:
+            if self._code(err) == self._nvml.NVML_ERROR_NOT_SUPPORTED:
+                return False
+            raise MigError(f"GPU {uuid}: nvmlDeviceGetMigMode failed: {err}") from err
+        return bool(current == self._nvml.NVML_DEVICE_MIG_ENABLE)
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        handle, model = self._mig_card(uuid)
+        return tuple(device for device, _ in self._listing(uuid, handle, model))
+
+    def partition(self, uuid: str, group: MigGroup) -> tuple[MigDevice, ...]:
+        handle, model = self._mig_card(uuid)
+        held = self._listing(uuid, handle, model)
+        if held:
+            raise MigError(
+                f"GPU {uuid} already holds {mig.layout(d.profile for d, _ in held)}; "
+                "its instances must be destroyed before it takes another geometry"
+            )
+        steps = mig.plan(model, group)
+        ids = {
+            profile.name: profile_id for profile_id, profile in self._profile_ids(uuid, handle, model).items()
+        }
+        mig.create_all(
+            steps,
+            lambda profile, start: self._create(uuid, handle, ids, profile, start),
+            lambda created: self._destroy(uuid, *created),
+        )
+        return mig.slot_order([device for device, _ in self._listing(uuid, handle, model)], group)
+
+    def clear_mig(self, uuid: str) -> None:
+        nvml = self._nvml
+        handle, model = self._mig_card(uuid)
+        listing = self._listing(uuid, handle, model)
+        for device, mig_handle in listing:
+            if self._mig_call(uuid, nvml.nvmlDeviceGetComputeRunningProcesses, mig_handle):
+                raise MigBusy(
+                    f"GPU {uuid}: MIG device {device.uuid} ({device.profile}, GPU instance "
+                    f"{device.gpu_instance}) runs processes; no instance was destroyed",
+                    device,
+                )
+        # Every compute instance first: a GPU instance is destroyed only once it holds none.
+        instances = {}
+        for device, _ in listing:
+            gpu_instance = self._mig_call(
+                uuid, nvml.nvmlDeviceGetGpuInstanceById, handle, device.gpu_instance
+            )
+            compute = self._mig_call(
+                uuid, nvml.nvmlGpuInstanceGetComputeInstanceById, gpu_instance, device.compute_instance
+            )
+            self._mig_call(uuid, nvml.nvmlComputeInstanceDestroy, compute)
+            instances[device.gpu_instance] = gpu_instance
+        for gpu_instance in instances.values():
+            self._mig_call(uuid, nvml.nvmlGpuInstanceDestroy, gpu_instance)
+
+    def match_mig(self, uuid: str, groups: Sequence[MigGroup]) -> MigMatch | None:
+        return mig.match_group(self.mig_devices(uuid), groups)
+
+    def _mig_call(self, uuid: str, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except self._error as err:
+            raise MigError(f"GPU {uuid}: {call.__name__} failed: {err}") from err
+
+    def _mig_card(self, uuid: str) -> tuple[Any, mig.MigModel]:
+        """The card's handle and profile table; MigError unless it is in MIG mode and known."""
+        nvml = self._nvml
+        if not self.mig_enabled(uuid):
+            raise MigError(f"GPU {uuid} is not in MIG mode")
+        handle = self._mig_call(uuid, nvml.nvmlDeviceGetHandleByUUID, uuid)
+        name = _text(self._mig_call(uuid, nvml.nvmlDeviceGetName, handle))
+        memory_mib = self._mig_call(uuid, nvml.nvmlDeviceGetMemoryInfo, handle).total // _MIB
+        return handle, mig.require_model(name, memory_mib)
+
+    def _profile_ids(self, uuid: str, handle: Any, model: mig.MigModel) -> dict[int, mig.MigProfile]:
+        """The driver's profile id of each profile in the table (the ids differ between models)."""
+        nvml = self._nvml
+        ids: dict[int, mig.MigProfile] = {}
+        for profile in model.profiles:
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, getattr(nvml, profile.nvml_profile))
+            except self._error as err:
+                if self._code(err) in {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT}:
+                    continue  # a profile this driver does not offer (+me before R470, for one)
+                raise MigError(f"GPU {uuid}: nvmlDeviceGetGpuInstanceProfileInfo failed: {err}") from err
+            ids[info.id] = profile
+        return ids
+
+    def _listing(self, uuid: str, handle: Any, model: mig.MigModel) -> list[tuple[MigDevice, Any]]:
+        """The card's MIG devices by placement start, each with its NVML handle."""
+        nvml = self._nvml
+        profiles = self._profile_ids(uuid, handle, model)
+        found: list[tuple[MigDevice, Any]] = []
+        for index in range(self._mig_call(uuid, nvml.nvmlDeviceGetMaxMigDeviceCount, handle)):
+            try:
+                mig_handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except self._error as err:
+                if self._code(err) == nvml.NVML_ERROR_NOT_FOUND:
+                    continue  # no MIG device at this index
+                raise MigError(f"GPU {uuid}: nvmlDeviceGetMigDeviceHandleByIndex failed: {err}") from err
+            gpu_instance = self._mig_call(uuid, nvml.nvmlDeviceGetGpuInstanceId, mig_handle)
+            info = self._mig_call(
+                uuid,
+                nvml.nvmlGpuInstanceGetInfo,
+                self._mig_call(uuid, nvml.nvmlDeviceGetGpuInstanceById, handle, gpu_instance),
+            )
+            profile = profiles.get(info.profileId)
+            device = MigDevice(
+                gpu_instance=gpu_instance,
+                compute_instance=self._mig_call(uuid, nvml.nvmlDeviceGetComputeInstanceId, mig_handle),
+                profile=profile.name if profile else f"profile id {info.profileId}",
+                start=info.placement.start,
+                memory_mib=self._mig_call(uuid, nvml.nvmlDeviceGetMemoryInfo, mig_handle).total // _MIB,
+                uuid=_text(self._mig_call(uuid, nvml.nvmlDeviceGetUUID, mig_handle)),
+            )
+            found.append((device, mig_handle))
+        return sorted(found, key=lambda item: item[0].start)
+
+    def _create(
+        self, uuid: str, handle: Any, ids: dict[str, int], profile: mig.MigProfile, start: int
+    ) -> tuple[Any, Any]:
+        """A GPU instance at its placement and its one full compute instance: (GI, CI) handles."""
+        nvml = self._nvml
+        where = f"creating a {profile.name} GPU instance at slice {start} on GPU {uuid} failed"
+        if profile.name not in ids:
+            raise MigError(f"{where}: the driver does not offer that profile")
+        placement = nvml.c_nvmlGpuInstancePlacement_t(start, profile.span)
+        try:
+            gpu_instance = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                handle, ids[profile.name], ctypes.pointer(placement)
+            )
+        except self._error as err:
+            raise MigError(f"{where}: {err}") from err
+        try:
+            info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gpu_instance,
+                getattr(nvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{profile.slices}_SLICE"),
+                nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            )
+            compute = nvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, info.id)
+        except self._error as err:
+            self._destroy(uuid, gpu_instance, None)
+            raise MigError(f"{where}: its compute instance: {err}") from err
+        return gpu_instance, compute
+
+    def _destroy(self, uuid: str, gpu_instance: Any, compute: Any) -> None:
+        if compute is not None:
+            self._mig_call(uuid, self._nvml.nvmlComputeInstanceDestroy, compute)
+        self._mig_call(uuid, self._nvml.nvmlGpuInstanceDestroy, gpu_instance)
 
     def close(self) -> None:
         """Free the event set and shut NVML down; waits for an event wait in progress to end."""
