@@ -11,7 +11,7 @@ import pytest
 
 from deviceplugin.fit.model import MigGroup, MigInstance
 from deviceplugin.gpu import mig
-from deviceplugin.gpu.base import BackendError, MigBusy, MigError
+from deviceplugin.gpu.base import BackendError, MigBusy, MigError, MigMatch
 from deviceplugin.gpu.fake import FakeBackend, fake_mig_uuid
 
 H100 = "GPU-00000000-0000-0000-0000-000000000001"
@@ -107,7 +107,7 @@ def test_every_built_in_group_partitions_its_model(tmp_path: Path, model: mig.Mi
     for each in geometry.groups:
         devices = backend.partition(H100, each)
         assert [d.profile for d in devices] == mig.group_profiles(each)
-        assert backend.match_mig(H100, geometry.groups) == mig.MigMatch(each.name, devices)
+        assert backend.match_mig(H100, geometry.groups) == MigMatch(each.name, devices)
         backend.clear_mig(H100)
         assert backend.mig_devices(H100) == ()
 
