@@ -29,6 +29,8 @@ TIMEOUT = real_nvml.NVML_ERROR_TIMEOUT
 GPU_IS_LOST = real_nvml.NVML_ERROR_GPU_IS_LOST
 DRIVER_NOT_LOADED = real_nvml.NVML_ERROR_DRIVER_NOT_LOADED
 UNKNOWN = real_nvml.NVML_ERROR_UNKNOWN
+INSUFFICIENT_RESOURCES = real_nvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+IN_USE = real_nvml.NVML_ERROR_IN_USE
 MIG_ON = real_nvml.NVML_DEVICE_MIG_ENABLE
 MIG_OFF = real_nvml.NVML_DEVICE_MIG_DISABLE
 ERROR_TEXT = {
@@ -38,6 +40,8 @@ ERROR_TEXT = {
     GPU_IS_LOST: "GPU is lost",
     DRIVER_NOT_LOADED: "Driver Not Loaded",
     UNKNOWN: "Unknown Error",
+    INSUFFICIENT_RESOURCES: "Insufficient Resources",
+    IN_USE: "In use by another client",
 }
 UUIDS = [f"GPU-0000000{n}-aaaa-bbbb-cccc-dddddddddddd" for n in range(3)]
 A100 = "NVIDIA A100-SXM4-80GB"
