@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from deviceplugin.gpu.base import BackendError, XidEvent
+from deviceplugin.gpu import mig
+from deviceplugin.gpu.base import BackendError, MigError, XidEvent
 from deviceplugin.gpu.nvml import NvmlBackend
 
 pytestmark = pytest.mark.gpu
@@ -58,3 +59,36 @@ def test_wait_event_does_not_raise(backend: NvmlBackend, uuids: tuple[str, ...])
 def test_probe_every_gpu(backend: NvmlBackend, uuids: tuple[str, ...]) -> None:
     assert all(backend.probe(uuid) for uuid in uuids)
     assert not backend.probe("GPU-00000000-0000-0000-0000-000000000000")
+
+
+# --- MIG, read-only: a card's MIG mode cannot be changed here -------------------------------------
+
+MIG_UUID_SHAPE = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def test_mig_mode_of_every_gpu(backend: NvmlBackend) -> None:
+    for gpu in backend.inventory().gpus:
+        assert backend.mig_enabled(gpu.uuid) is gpu.mig_enabled
+
+
+def test_mig_devices_and_their_uuids(backend: NvmlBackend) -> None:
+    """On a card in MIG mode: every MIG device with a MIG UUID, a known profile and memory within
+    the card's; on one that is not, a clear refusal."""
+    for gpu in backend.inventory().gpus:
+        if not gpu.mig_enabled:
+            with pytest.raises(MigError, match="not in MIG mode"):
+                backend.mig_devices(gpu.uuid)
+            continue
+        model = mig.model_for(gpu.model, gpu.memory_mib)
+        if model is None:
+            with pytest.raises(MigError, match="dynamic MIG does not know"):
+                backend.mig_devices(gpu.uuid)
+            continue
+        devices = backend.mig_devices(gpu.uuid)
+        assert [d.start for d in devices] == sorted(d.start for d in devices)
+        assert len({d.uuid for d in devices}) == len(devices)
+        for device in devices:
+            assert MIG_UUID_SHAPE.fullmatch(device.uuid), device.uuid
+            assert device.profile in {p.name for p in model.profiles}
+            assert 0 < device.memory_mib <= gpu.memory_mib
+        assert backend.match_mig(gpu.uuid, []) is None
