@@ -126,8 +126,9 @@ class NodeView:
     error: str = ""  # why the node's GPUs could not be read ("" when they could)
     other_strategy: str = ""  # why the node runs a strategy other than the extender's ("" when not)
     pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
-    # Booked by a bind, not yet seen bound by the watch (a dict as a set: an empty one is 64 bytes)
-    assumed: dict[str, None] = field(default_factory=dict)
+    # Booked by a bind, not yet seen bound by the watch (a dict as a set; None until the node's
+    # first bind: most nodes have none at any time, and an empty dict is 64 bytes)
+    assumed: dict[str, None] | None = None
     generation: int = 0  # bumped on every change: cached fit results of older generations are void
     quick: QuickFits | None = None  # the extender's quick fits on this node (ExtenderService)
 
@@ -239,7 +240,7 @@ class Inventory:
         if previous is not None and (previous != target or not holds):
             old = self._view_for(previous)
             with old.lock:
-                if uid in old.assumed and kind != "DELETED" and not target:
+                if old.assumed and uid in old.assumed and kind != "DELETED" and not target:
                     return  # an event from before our bind: the assumption stands
                 self._unbook(old, uid)
             with self._lock:
@@ -248,7 +249,8 @@ class Inventory:
         if holds:
             view = self._view_for(target)
             with view.lock:
-                view.assumed.pop(uid, None)
+                if view.assumed:
+                    view.assumed.pop(uid, None)
                 self._book(view, uid, pod)
             with self._lock:
                 self._pod_nodes[uid] = target
@@ -258,6 +260,8 @@ class Inventory:
     def assume(self, view: NodeView, pod: Obj) -> None:
         """Book a pod a bind is about to place on `view` (caller holds `view.lock`)."""
         uid = pod_uid(pod)
+        if view.assumed is None:
+            view.assumed = {}
         view.assumed[uid] = None
         self._book(view, uid, pod)
         with self._lock:
@@ -266,7 +270,7 @@ class Inventory:
     def forget(self, view: NodeView, uid: str) -> None:
         """Undo `assume` after a failed bind (caller holds `view.lock`); a pod the watch has since
         shown bound stays booked."""
-        if uid not in view.assumed:
+        if not view.assumed or uid not in view.assumed:
             return
         del view.assumed[uid]
         self._unbook(view, uid)
