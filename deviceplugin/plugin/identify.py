@@ -52,10 +52,11 @@ def by_listing(candidates: Sequence[C], listing: Listing, resource: str) -> list
     return started or admitting
 
 
-def by_siblings(candidates: Sequence[C], containers: Container[tuple[str, str]]) -> list[C]:
-    """The candidates whose container the ledger holds for another resource (`containers`: the
-    ledger's `containers_held_except`), each looked up."""
-    return [c for c in candidates if (c[0].uid, c[1].name) in containers]
+def by_siblings(candidates: Sequence[C], containers: Container[tuple[str, str]]) -> C | None:
+    """The earliest candidate whose container the ledger holds for another resource
+    (`containers`: the ledger's `containers_held_except`): the later ones are not looked up
+    (each look-up takes the ledger's lock, and the earliest is the one chosen)."""
+    return next((c for c in candidates if (c[0].uid, c[1].name) in containers), None)
 
 
 class Identifier:
@@ -112,8 +113,8 @@ class Identifier:
             return self._decided(kept, "pod-resources"), len(kept) == 1
         # No other resource holds a row (every share or number node): the ledger tells nothing, so
         # the later candidates are not walked for it. Otherwise each candidate is looked up.
-        if siblings and (kept := by_siblings(candidates, siblings) or by_siblings(rest(), siblings)):
-            return self._decided(kept, "ledger"), False
+        if siblings and (held := by_siblings(candidates, siblings) or by_siblings(rest(), siblings)):
+            return self._decided((held,), "ledger"), False
         return self._decided(candidates, "arrival"), False
 
     def _decided(self, kept: Sequence[C], signal: str) -> C:

@@ -100,6 +100,7 @@ def chosen_by_ledger(path: Path, served: set[Key], later: list[str]) -> tuple[st
     [
         ({("uid-d", "main", NUMBER)}, ("d", "ledger")),  # past the first few, another resource's row
         ({("uid-d", "main", NUMBER), ("uid-b", "main", MEMORY)}, ("b", "ledger")),  # the first few first
+        ({("uid-b", "main", NUMBER), ("uid-a", "main", MEMORY)}, ("a", "ledger")),  # the earliest of them
         ({("uid-c", "main", MEM), ("uid-d", "main", MEM)}, ("a", "arrival")),  # this resource's rows
         ({("uid-d", "sidecar", NUMBER)}, ("a", "arrival")),  # another container of the pod
         ({("uid-x", "main", NUMBER)}, ("a", "arrival")),  # a pod that is no candidate
