@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import kubernetes
 
 from deviceplugin.backoff import Backoff, Retries
+from deviceplugin.kube import wire
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -145,6 +146,30 @@ class Kube:
         self.client = client
         self.timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
+        self._route: _Route | None = None  # where `client`'s requests go
+
+    def _connected(self, call: str, expected: frozenset[int]) -> kubernetes.client.ApiClient:
+        if self.client is None:
+            raise self._counted(call, ApiError(0, "NotConnected", "no API client loaded yet"), expected)
+        return self.client
+
+    def _headers(
+        self, client: kubernetes.client.ApiClient, method: str, path: str, body: Any, content_type: str
+    ) -> dict[str, str]:
+        """The headers CoreV1Api would send: the client's, its cookie and its (refreshed) token."""
+        headers = {**client.default_headers, "Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        if client.cookie:
+            headers["Cookie"] = client.cookie
+        client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        return headers
+
+    def _route_of(self, client: kubernetes.client.ApiClient) -> _Route:
+        route = self._route
+        if route is None or route.client is not client:
+            route = self._route = _Route(client)
+        return route
 
     def _send(
         self,
@@ -156,42 +181,54 @@ class Kube:
         *,
         content_type: str = JSON,
         expected: frozenset[int] = frozenset(),
-        timeout: urllib3.Timeout | None = None,
-        stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> bytes:
         """`method` on `path` (under the API root) with the `query` parameters that are not None,
-        as CoreV1Api's `call` would send it, less its per-call validation; the answer read unless
-        `stream`. A failure raises `ApiError`, counted in `errors` as `call` unless its status is
-        one of `expected` (an answer the caller takes as an outcome, not a failure)."""
-        client = self.client
-        if client is None:
-            raise self._counted(call, ApiError(0, "NotConnected", "no API client loaded yet"), expected)
-        headers = {**client.default_headers, "Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        if client.cookie:
-            headers["Cookie"] = client.cookie
-        client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = client.configuration.host + path
-        pairs = [f"{name}={urllib.parse.quote(value)}" for name, value in query if value is not None]
-        if pairs:
-            url += "?" + "&".join(pairs)
+        as CoreV1Api's `call` would send it, less its per-call validation; the answer's body. A
+        failure raises `ApiError`, counted in `errors` as `call` unless its status is one of
+        `expected` (an answer the caller takes as an outcome, not a failure)."""
+        client = self._connected(call, expected)
+        headers = self._headers(client, method, path, body, content_type)
+        route = self._route_of(client)
+        target = route.prefix + path + _query_string(query)
+        payload = None if body is None else json.dumps(body).encode()
+        try:
+            if route.pool is None:
+                response = client.rest_client.pool_manager.request(
+                    method, route.origin + target, body=payload, headers=headers, timeout=self.timeout
+                )
+                status, reason, data = response.status, response.reason or "", response.data
+            else:
+                request = route.request(method, target, headers, payload)
+                status, reason, data = wire.exchange(route.pool, method, request, self.timeout)
+        except _CLIENT_ERRORS as err:
+            raise self._counted(call, _from_exception(err), expected) from None
+        if not 200 <= status <= 299:
+            answer = data.decode("utf-8", "replace")
+            raise self._counted(call, _from_answer(status, reason, answer), expected)
+        return data
+
+    def _stream(
+        self, call: str, path: str, query: Sequence[tuple[str, str | None]], timeout: urllib3.Timeout
+    ) -> urllib3.BaseHTTPResponse:
+        """A GET whose answer is read as it comes (a watch), through urllib3's response."""
+        client = self._connected(call, frozenset())
+        headers = self._headers(client, "GET", path, None, JSON)
+        route = self._route_of(client)
         try:
             response = client.rest_client.pool_manager.request(
-                method,
-                url,
-                body=None if body is None else json.dumps(body).encode(),
+                "GET",
+                route.origin + route.prefix + path + _query_string(query),
                 headers=headers,
-                timeout=timeout or self.timeout,
-                preload_content=not stream,
+                timeout=timeout,
+                preload_content=False,
             )
             if not 200 <= response.status <= 299:
                 answer = response.data.decode("utf-8", "replace")
                 raise self._counted(
-                    call, _from_answer(response.status, response.reason or "", answer), expected
+                    call, _from_answer(response.status, response.reason or "", answer), frozenset()
                 )
         except _CLIENT_ERRORS as err:
-            raise self._counted(call, _from_exception(err), expected) from None
+            raise self._counted(call, _from_exception(err), frozenset()) from None
         return response
 
     def _json(
@@ -199,7 +236,7 @@ class Kube:
     ) -> Obj:
         """The JSON answer to a GET of `path`, or to a POST of `body` there."""
         method = "GET" if body is None else "POST"
-        result: Obj = json.loads(self._send(call, method, path, query, body).data)
+        result: Obj = json.loads(self._send(call, method, path, query, body))
         return result
 
     def _counted(self, call: str, error: ApiError, expected: frozenset[int]) -> ApiError:
@@ -255,7 +292,7 @@ class Kube:
             ("watch", "true"),
         ]
         timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout_s + READ_TIMEOUT_S)
-        return WatchStream(self._send("watch_pods", "GET", path, query, timeout=timeout, stream=True))
+        return WatchStream(self._stream("watch_pods", path, query, timeout))
 
     def get_node(self, name: str) -> Obj:
         return self._json("read_node", _node_path(name))
@@ -306,6 +343,41 @@ class Kube:
         return self._json(
             "create_namespaced_event", f"/api/v1/namespaces/{_quoted(namespace)}/events", body=dict(event)
         )
+
+
+class _Route:
+    """Where a client's requests go: its API root, and the connection pool that `wire` sends on
+    (None through a proxy, where urllib3 sends every request itself)."""
+
+    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        self.client = client
+        url = urllib.parse.urlsplit(client.configuration.host)
+        self.origin = f"{url.scheme}://{url.netloc}"
+        self.prefix = url.path  # a root below the host's, as in https://proxy/k8s/clusters/c-1
+        manager = client.rest_client.pool_manager
+        proxied = isinstance(manager, urllib3.ProxyManager)
+        self.pool: urllib3.HTTPConnectionPool | None = (
+            None if proxied else manager.connection_from_url(self.origin)
+        )
+        self._host = f"Host: {url.netloc.rpartition('@')[2]}\r\n"
+
+    def request(self, method: str, target: str, headers: Mapping[str, str], body: bytes | None) -> bytes:
+        """The request's bytes, as http.client would write them."""
+        lines = [f"{method} {target} HTTP/1.1\r\n", self._host]
+        for name, value in headers.items():
+            if "\n" in value or "\r" in value:
+                raise ValueError(f"invalid value for the {name} header")  # as http.client refuses one
+            lines.append(f"{name}: {value}\r\n")
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}\r\n")
+        lines.append("\r\n")
+        head = "".join(lines).encode("latin-1")
+        return head if body is None else head + body
+
+
+def _query_string(query: Sequence[tuple[str, str | None]]) -> str:
+    pairs = [f"{name}={urllib.parse.quote(value)}" for name, value in query if value is not None]
+    return "?" + "&".join(pairs) if pairs else ""
 
 
 def _quoted(segment: str) -> str:
