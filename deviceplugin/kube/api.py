@@ -1,9 +1,11 @@
 """A small typed facade over the core/v1 API, speaking JSON dicts.
 
-Requests go out as they are through the official client's ApiClient: its connection pool (TLS,
-proxy), with the headers and (refreshed) token its generated CoreV1Api would send, to the same
-paths and query strings. CoreV1Api itself is never built: importing it and its validated methods
-costs a second of start-up (bench/startup.py), and its per-call argument validation and
+Requests go out as the official client's generated CoreV1Api would send them (its headers and
+refreshed token, the same paths and query strings), on the connections of the client's urllib3
+pool (TLS as the client configured it). `wire` writes a request and reads its answer on one of
+them, at a third of the CPU of urllib3's own request path; watches, and every request through a
+proxy, go through urllib3. CoreV1Api itself is never built: importing it and its validated
+methods costs a second of start-up (bench/startup.py), and its per-call argument validation and
 serialisation cost a fifth of an outbox PATCH's CPU (bench/outbox.py --profile). Callers get
 objects as the API serves them (camelCase JSON, what `deviceplugin.fit` reads); PATCHes return
 nothing: no caller reads the object the server answers with, and parsing it (a node's JSON runs to
