@@ -284,6 +284,12 @@ class PendingPods(Generic[P]):
             self._unsettle()
             return len(self._ordered)
 
+    def candidate(self, uid: str) -> P | None:
+        """The pod as a candidate; None when it is none (or every container is held)."""
+        with self._lock:
+            entry = self._by_uid.get(uid)
+        return None if entry is None else entry.pod
+
     def settle(self, uid: str) -> None:
         """The ledger recorded a container of the pod: set it aside if it holds every one now."""
         with self._lock:

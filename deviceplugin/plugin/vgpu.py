@@ -290,9 +290,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         super().__init__(devices, health, pods, ledger, events, **options)
         self.hook = hook_path
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
-        # Pods come (and change as they are served) ahead of their Allocates: the cache
-        # directories they will need are made then, on the cache's thread (`hook.refill`).
-        pods.add_listener(lambda _kind, _pod: hook_path.refill())
+        pods.add_listener(self._on_pod)  # after `pending`'s: it reads the pod as a candidate
         # What every container's response shares, built once (the request path builds only
         # what names the pod; the library is still looked for on every call).
         self._library = str(hook_path.library)
@@ -313,6 +311,19 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
         return read_vgpu_pod(pod, self.node_name, self.resource)
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        """Pods come ahead of their Allocates: the cache directories of the containers this
+        resource serves are made then, on the pod cache's thread (`hook.make_ahead`), and go
+        with the pod when it goes unserved; the hook's ready directories are topped up."""
+        uid = objects.uid(pod)
+        if kind == "DELETED" or finished(pod):
+            self.hook.drop_ahead(uid)
+        elif (candidate := self.pending.candidate(uid)) is not None and not candidate.problem:
+            for need in candidate.needs:
+                if need.name not in candidate.accounting:
+                    self.hook.make_ahead(uid, need.name)
+        self.hook.refill()
 
     def _asking(self, units: int) -> str:
         if self.resource == keys.VGPU_NUMBER:

@@ -116,3 +116,37 @@ def test_an_empty_stale_directory_is_replaced_by_one_made_ahead(tmp_path: Path) 
     assert Path(hook.container_dir("uid-a", "main")) == stale
     assert stale.stat().st_mode & 0o777 == 0o777
     assert len(list(hook.ready.iterdir())) == READY - 1
+
+
+def test_a_directory_made_ahead_is_kept_until_served_or_its_pod_goes(tmp_path: Path) -> None:
+    """Made before the Allocate: empty and shared; not removed as unmounted while it waits for its
+    container; handed out as it is; dropped with its pod when no Allocate took it."""
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    hook.make_ahead("uid-a", "main")
+    hook.make_ahead("uid-b", "main")
+    made = Path(hook.container_path("uid-a", "main"))
+    assert list(made.iterdir()) == [] and made.stat().st_mode & 0o777 == 0o777
+    hook.keep_mounted([])  # a release elsewhere: neither is any live row's, both wait for theirs
+    assert made.is_dir() and Path(hook.container_path("uid-b", "main")).is_dir()
+    inode = made.stat().st_ino
+    assert Path(hook.container_dir("uid-a", "main")) == made and made.stat().st_ino == inode
+    hook.drop_ahead("uid-a")  # served: stays, for the live row that will mount it
+    hook.drop_ahead("uid-b")
+    assert sorted(p.name for p in hook.containers.iterdir()) == ["uid-a_main"]
+    hook.keep_mounted([])  # handed out and mounted by no live row: removed as before
+    assert list(hook.containers.iterdir()) == []
+
+
+def test_a_stale_directory_is_not_taken_for_one_made_ahead(tmp_path: Path) -> None:
+    hook = HookPath(tmp_path)
+    hook.prepare()
+    stale = Path(hook.container_path("uid-a", "main"))
+    stale.mkdir()
+    (stale / "leftover").write_text("an earlier incarnation's state")
+    hook.make_ahead("uid-a", "main")
+    assert (stale / "leftover").exists()
+    assert Path(hook.container_dir("uid-a", "main")) == stale
+    assert list(stale.iterdir()) == [] and stale.stat().st_mode & 0o777 == 0o777
+    hook.drop_ahead("uid-a")
+    assert stale.is_dir()

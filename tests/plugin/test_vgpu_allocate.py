@@ -16,7 +16,6 @@ from deviceplugin.fit.model import Assigned
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.plugin.allocate import AccountingAllocator, AllocateError, AllocationStats
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout
-from deviceplugin.plugin.hook import READY
 from deviceplugin.plugin.release import Releaser
 from deviceplugin.plugin.vgpu import VgpuAllocator
 from tests.kube.waiting import wait_for
@@ -273,15 +272,25 @@ def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(vgpu: Ri
     assert [row.response for row in vgpu.ledger.active()] == [first, second]
 
 
-def test_the_cache_directories_allocates_take_are_made_again_as_pods_come(vgpu: Rig) -> None:
-    """Allocate renames a directory made ahead into place; the pod cache's thread makes the next
-    ones as pods come, so Allocates keep finding them (`hook.refill`)."""
-    ready = vgpu.allocator.hook.ready  # type: ignore[attr-defined]
-    vpod(vgpu, "first", [("cuda", [("GPU-000", 100, 0)])])
-    vgpu.allocator.allocate(["GPU-000-0"])
-    assert len(list(ready.iterdir())) == READY - 1
-    vpod(vgpu, "second", [("cuda", [("GPU-000", 100, 0)])])  # in the cache: its listeners have run
-    assert len(list(ready.iterdir())) == READY
+def test_a_pods_cache_directory_is_made_as_it_comes_and_goes_with_it_unserved(
+    vgpu: Rig, tmp_path: Path
+) -> None:
+    """Off the Allocate path: the directory is there, empty and shared, once the pod cache holds
+    the pod; its Allocate mounts that very directory; a pod deleted before its Allocate leaves
+    none behind."""
+    containers = tmp_path / "hook" / "vgpu" / "containers"
+    served = vpod(vgpu, "served", [("cuda", [("GPU-000", 100, 0)])])
+    made = containers / f"{served['metadata']['uid']}_cuda"
+    assert made.is_dir() and list(made.iterdir()) == [] and made.stat().st_mode & 0o777 == 0o777
+    inode = made.stat().st_ino
+    assert mounts(vgpu.allocator.allocate(["GPU-000-0"]))["/tmp/vgpu"] == (str(made), False)
+    assert made.stat().st_ino == inode
+    gone = vpod(vgpu, "gone", [("cuda", [("GPU-111", 100, 0)])])
+    dropped = containers / f"{gone['metadata']['uid']}_cuda"
+    assert dropped.is_dir()
+    vgpu.apiserver.delete("pods", "gone", "ml")
+    assert wait_for(lambda: not dropped.exists(), WAIT_S)
+    assert sorted(p.name for p in containers.iterdir()) == [made.name]
 
 
 def test_pods_are_served_in_bind_order_not_by_vgpu_time(vgpu: Rig) -> None:
