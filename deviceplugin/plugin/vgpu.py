@@ -308,21 +308,32 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             self._node_envs[OVERSUBSCRIBE] = "true"
         if disable_core_limit:
             self._node_envs[CORE_POLICY] = "disable"
+        # (pod UID, container) -> the candidate read and its container's response, built as the
+        # pod came; the Allocate takes it when it serves that very candidate (the same reading).
+        self._built: dict[tuple[str, str], tuple[VgpuPod, pb.ContainerAllocateResponse]] = {}
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
         return read_vgpu_pod(pod, self.node_name, self.resource)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
-        """Pods come ahead of their Allocates: the cache directories of the containers this
-        resource serves are made then, on the pod cache's thread (`hook.make_ahead`), and go
-        with the pod when it goes unserved; the hook's ready directories are topped up."""
+        """Pods come ahead of their Allocates: what the containers this resource serves get is
+        made then, on the pod cache's thread: their cache directories (`hook.make_ahead`) and
+        responses; both go with the pod when it goes unserved. The hook's ready directories
+        are topped up."""
         uid = objects.uid(pod)
         if kind == "DELETED" or finished(pod):
             self.hook.drop_ahead(uid)
+            for key in [key for key in list(self._built) if key[0] == uid]:  # a copy: Allocates pop
+                self._built.pop(key, None)
         elif (candidate := self.pending.candidate(uid)) is not None and not candidate.problem:
             for need in candidate.needs:
-                if need.name not in candidate.accounting:
-                    self.hook.make_ahead(uid, need.name)
+                if need.name in candidate.accounting:
+                    continue
+                self.hook.make_ahead(uid, need.name)
+                devices = self._devices(candidate, need)
+                gpus = [gpu for device in devices if (gpu := self._by_uuid.get(device.uuid)) is not None]
+                if len(gpus) == len(devices):  # else the Allocate refuses it (`_placement`)
+                    self._built[(uid, need.name)] = (candidate, self._build(candidate, need, gpus))
         self.hook.refill()
 
     def _asking(self, units: int) -> str:
@@ -376,13 +387,21 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 f"missing on node {self.node_name} (install it under --hook-path)",
                 pod,
             )
+        built = self._built.pop((pod.uid, need.name), None)
+        if built is not None and built[0] is pod:
+            return built[1]
+        return self._build(pod, need, placement.gpus)
+
+    def _build(
+        self, pod: VgpuPod, need: ContainerNeed, gpus: Sequence[GpuInfo]
+    ) -> pb.ContainerAllocateResponse:
         devices = self._devices(pod, need)
         mib = self.devices.layout.mib
         # Filled in place: a third of the time of building the same message from keyword
         # arguments. Entries are serialized in the order they are set.
         response = pb.ContainerAllocateResponse()
         envs = response.envs
-        envs["NVIDIA_VISIBLE_DEVICES"] = self._visible(placement.gpus)
+        envs["NVIDIA_VISIBLE_DEVICES"] = self._visible(gpus)
         for i, device in enumerate(devices):
             envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{mib(device.memory)}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].cores)

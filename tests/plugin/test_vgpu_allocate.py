@@ -203,22 +203,30 @@ def test_cuda_disable_control_skips_the_preload_only(vgpu: Rig) -> None:
     assert "/usr/local/vgpu/libvgpu.so" in paths
 
 
-def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(vgpu: Rig, tmp_path: Path) -> None:
-    """Byte for byte (the ledger keeps these bytes, a repeat answers them): the container's env in
-    order, then the node's (an oversubscribing layout, the core limit disabled); the library,
-    cache, lock and preload mounts in that order; no preload for a CUDA_DISABLE_CONTROL one."""
-    devices = DeviceList(RESOURCES["vgpu"][0], GPUS, Layout(split_count=4, memory_scaling=2.0))
-    number = VgpuAllocator(
-        devices,
-        vgpu.health,
-        vgpu.pods,
-        vgpu.ledger,
-        vgpu.events,
-        hook_path=vgpu.allocator.hook,  # type: ignore[attr-defined]
-        disable_core_limit=True,
-        node_name=NODE,
-        timeout_s=1.0,
-    )
+@pytest.mark.parametrize("ahead", [True, False], ids=["built-as-the-pod-came", "built-at-allocate"])
+def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(
+    vgpu: Rig, tmp_path: Path, ahead: bool
+) -> None:
+    """Byte for byte (the ledger keeps these bytes, a repeat answers them), whether the response
+    was built as the pod came or (its pod cached before the allocator started) at Allocate: the
+    container's env in order, then the node's (an oversubscribing layout, the core limit
+    disabled); the library, cache, lock and preload mounts in that order; no preload for a
+    CUDA_DISABLE_CONTROL one."""
+
+    def allocator() -> VgpuAllocator:
+        return VgpuAllocator(
+            DeviceList(RESOURCES["vgpu"][0], GPUS, Layout(split_count=4, memory_scaling=2.0)),
+            vgpu.health,
+            vgpu.pods,
+            vgpu.ledger,
+            vgpu.events,
+            hook_path=vgpu.allocator.hook,  # type: ignore[attr-defined]
+            disable_core_limit=True,
+            node_name=NODE,
+            timeout_s=1.0,
+        )
+
+    number = allocator() if ahead else None
     env = {"free": [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]}
     pod = vpod(
         vgpu,
@@ -226,6 +234,7 @@ def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(vgpu: Ri
         [("cuda", [("GPU-000", 1000, 50), ("GPU-222", 3000, 50)]), ("free", [("GPU-111", 100, 20)])],
         env=env,
     )
+    number = number or allocator()
     uid, hook = pod["metadata"]["uid"], tmp_path / "hook"
 
     def expected(container: str, envs: dict[str, str], preload: bool) -> bytes:
@@ -270,6 +279,21 @@ def test_the_response_bytes_name_each_env_and_mount_in_hami_cores_order(vgpu: Ri
         preload=False,
     )
     assert [row.response for row in vgpu.ledger.active()] == [first, second]
+
+
+def test_a_pod_placed_anew_before_its_allocate_gets_its_new_gpu(vgpu: Rig) -> None:
+    """What was made for the pod as it came is not what its Allocate hands out once the
+    scheduler's annotations changed."""
+    vpod(vgpu, "moved", [("cuda", [("GPU-000", 100, 0)])])
+    anew = slots([("GPU-111", 200, 10)])
+    notes = {"volcano.sh/devices-to-allocate": anew, "volcano.sh/vgpu-ids-new": anew}
+    vgpu.apiserver.patch("pods", "moved", {"metadata": {"annotations": notes}}, "ml")
+    assert vgpu.pods.wait_until(  # its listeners have run
+        lambda cache: objects.annotations_of(cache.pods()[0]).get("volcano.sh/devices-to-allocate") == anew,
+        WAIT_S,
+    )
+    response = envs(vgpu.allocator.allocate(["GPU-111-0"]))
+    assert (response["NVIDIA_VISIBLE_DEVICES"], response["CUDA_DEVICE_MEMORY_LIMIT_0"]) == ("GPU-111", "200m")
 
 
 def test_a_pods_cache_directory_is_made_as_it_comes_and_goes_with_it_unserved(
