@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -382,9 +383,13 @@ def _query_string(query: Sequence[tuple[str, str | None]]) -> str:
     return "?" + "&".join(pairs) if pairs else ""
 
 
+# What quote() leaves as it is: every object name (DNS labels and subdomains) is made of these.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
 def _quoted(segment: str) -> str:
     """A name as one path segment (as the client quotes path parameters)."""
-    return urllib.parse.quote(segment, safe="")
+    return segment if _UNQUOTED.fullmatch(segment) else urllib.parse.quote(segment, safe="")
 
 
 def _node_path(name: str) -> str:

@@ -80,27 +80,35 @@ class _Reader:
         return bytes(body)
 
 
+def _field(fields: bytes, name: bytes) -> str | None:
+    """A header's value from the lower-cased header lines (each after a CRLF); the first if repeated."""
+    start = fields.find(b"\r\n" + name + b":")
+    if start < 0:
+        return None
+    start += len(name) + 3
+    end = fields.find(b"\r\n", start)
+    return fields[start : None if end < 0 else end].strip().decode("latin-1")
+
+
 def _answer(reader: _Reader, method: str) -> tuple[Answer, bool]:
     """The answer, and whether the connection may carry another request."""
     while True:
-        lines = reader.until(b"\r\n\r\n", MAX_HEAD).decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
+        status_line, _, fields = reader.until(b"\r\n\r\n", MAX_HEAD).partition(b"\r\n")
+        version, _, rest = status_line.decode("latin-1").partition(" ")
         code, _, reason = rest.partition(" ")
         if not version.startswith("HTTP/") or not code.isdigit():
-            raise ProtocolError(f"not an HTTP answer: {lines[0][:80]!r}")
+            raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
         status = int(code)
         if status >= 200:
             break  # 1xx interim answers (100 Continue) precede the answer
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+    fields = b"\r\n" + fields.lower()  # only the few fields read are looked for, not all parsed
+    keep = version == "HTTP/1.1" and _field(fields, b"connection") != "close"
+    length = _field(fields, b"content-length")
     if status in NO_BODY or method == "HEAD":
         data = b""
-    elif "chunked" in headers.get("transfer-encoding", "").lower():
+    elif "chunked" in (_field(fields, b"transfer-encoding") or ""):
         data = reader.chunked()
-    elif (length := headers.get("content-length")) is not None:
+    elif length is not None:
         if not length.isdigit():
             raise ProtocolError(f"a bad Content-Length: {length!r}")
         data = reader.exactly(int(length))
