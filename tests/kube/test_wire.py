@@ -1,13 +1,18 @@
 """How the facade reads the answers an API server (or a proxy in front of one) may give, over a real
 socket: chunked bodies, a connection the server closes after its answer or while it is idle, a body
-that runs to the close, a cut answer; and a facade with no client yet. A raw server answers each
+that runs to the close, a cut answer, TLS verified as the client configures it; and a facade with
+no client yet. A raw server answers each
 request with the next canned bytes and counts the connections it accepted."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes
 import pytest
@@ -22,8 +27,9 @@ class CannedServer:
 
     CLOSE = b"<close>"
 
-    def __init__(self, answers: list[bytes]) -> None:
+    def __init__(self, answers: list[bytes], tls: ssl.SSLContext | None = None) -> None:
         self.answers = list(answers)
+        self._tls = tls
         self.connections = 0
         self.closed = 0  # connections the server closed
         self.requests: list[bytes] = []
@@ -43,6 +49,12 @@ class CannedServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        if self._tls is not None:
+            try:
+                conn = self._tls.wrap_socket(conn, server_side=True)
+            except OSError:  # a client that does not trust the certificate
+                conn.close()
+                return
         with conn:
             buffer = b""
             while True:
@@ -163,3 +175,41 @@ def test_a_facade_without_a_client_fails_every_call_as_unanswered_and_counts_it(
     assert patched.value.status == watched.value.status == 0
     assert patched.value.transient and watched.value.transient
     assert kube.errors == {("patch_namespaced_pod", 0): 1, ("watch_pods", 0): 1}
+
+
+def test_requests_go_over_tls_as_the_client_configures_it(canned: list[CannedServer], tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the server's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    self_signed = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=api"]
+    subprocess.run(
+        [
+            "openssl",
+            *self_signed,
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server = CannedServer([_fixed(b'{"n": 1}'), _fixed(b'{"n": 2}')], tls)
+    canned.append(server)
+
+    def client(ca: Path | None) -> Kube:
+        configuration = kubernetes.client.Configuration()
+        configuration.host = f"https://127.0.0.1:{server.port}"
+        configuration.ssl_ca_cert = None if ca is None else str(ca)
+        return Kube(kubernetes.client.ApiClient(configuration))
+
+    with pytest.raises(ApiError) as untrusted:
+        client(None).get_node("n")  # the system's CAs do not know the server
+    assert untrusted.value.status == 0
+    trusting = client(cert)
+    assert [trusting.get_node("n"), trusting.get_node("n")] == [{"n": 1}, {"n": 2}]
+    assert server.connections == 2  # the refused one, then one kept alive
