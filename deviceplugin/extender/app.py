@@ -18,6 +18,7 @@ from deviceplugin.extender.http import ExtenderHttpServer
 from deviceplugin.extender.inventory import Inventory
 from deviceplugin.extender.service import ExtenderService
 from deviceplugin.extender.slim import extender_node, extender_pod
+from deviceplugin.fit.families import ascend_families
 from deviceplugin.httpserver import HttpCollector
 from deviceplugin.kube.api import Kube, Obj, load_client
 from deviceplugin.kube.cachemetrics import CacheCollector
@@ -69,7 +70,11 @@ class Extender:
         self.nodes = NodeCache(self.kube, supervisor=self.supervisor, slim=extender_node)
         self.pods = PodCache(self.kube, None, supervisor=self.supervisor, slim=extender_pod)
         self.inventory = Inventory(
-            config.strategy, config.compat, nodes=self.nodes.rejections, pods=self.pods.rejections
+            config.strategy,
+            config.compat,
+            nodes=self.nodes.rejections,
+            pods=self.pods.rejections,
+            ascend=ascend_families(config.vnpus),
         )
         self.nodes.add_listener(self.inventory.on_node)
         self.pods.add_listener(self.inventory.on_pod)
@@ -149,6 +154,7 @@ def run(config: ExtenderConfig) -> int:
         policy=config.policy,
         weight=config.weight,
         compat=config.compat or "none",
+        ascend=",".join(chip.common_word for chip in config.vnpus.chips) or "none",
     )
     try:
         frozen = False

@@ -12,6 +12,10 @@ under their own names, so a Volcano configuration can be carried over as is:
 | `deviceshare.SchedulePolicy` | `policy` |
 | `deviceshare.ScheduleWeight` | `weight` |
 
+`device-config` names Volcano's `device-config.yaml` (the device ConfigMap's key, mounted as a
+file): its `vnpus` section lists the Ascend chips served beside the strategy (a document without
+`vnpus`: none). Without it the built-in Ascend310P chip is served, as Volcano's default config has it.
+
 The three enable switches are mutually exclusive, as in Volcano, and read as Volcano reads them
 (Go's strconv.ParseBool). Unknown keys and bad values are errors that name the option and where the
 value came from. `deviceplugin.options` is the layer the daemon's configuration shares: the same
@@ -26,6 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from deviceplugin.configfile import read_mapping
+from deviceplugin.fit.ascend_config import DEFAULT_VNPUS, VnpusConfig, vnpus_config
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.fit.quantity import quantity_ceil
@@ -94,6 +100,8 @@ class ExtenderConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+    device_config: Path | None = None
+    vnpus: VnpusConfig = DEFAULT_VNPUS  # the Ascend chips served (read from `device_config`)
 
 
 # --- the extender's own value readers (the shared ones are in deviceplugin.options) ---
@@ -176,6 +184,13 @@ OPTIONS: tuple[Option, ...] = (
         "seconds a request may take to arrive whole; slower gets 408 "
         f"[default {DEFAULT_REQUEST_TIMEOUT_S:g}]",
     ),
+    Option(
+        "device-config",
+        None,
+        pathname,
+        "Volcano's device-config.yaml: its vnpus section lists the Ascend chips to serve "
+        "[default: the built-in Ascend310P]",
+    ),
 )
 CONFIG_OPTION = Option("config", None, pathname, "YAML config file")
 _NAMES = tuple(option.name for option in OPTIONS)
@@ -226,4 +241,19 @@ def load_config(flags: Mapping[str, object | None], env: Mapping[str, str] | Non
         resolved = resolve(option, flags, env, (file,))
         if resolved is not None:
             values[option.field] = resolved[0]
-    return replace(ExtenderConfig(), **values)
+    config = replace(ExtenderConfig(), **values)
+    if config.device_config is None:
+        return config
+    return replace(config, vnpus=read_vnpus(config.device_config, config.compat))
+
+
+def read_vnpus(path: Path, compat: Literal["volcano"] | None) -> VnpusConfig:
+    """The Ascend chips of a `device-config.yaml`. compat="volcano": a file that does not load is
+    Volcano's ConfigMap that fails to load, so the built-in default applies; otherwise an
+    OptionError names the file and what is wrong."""
+    try:
+        return vnpus_config(read_mapping(path), compat)
+    except (ValueError, FitInputError) as err:
+        if compat == "volcano":
+            return DEFAULT_VNPUS
+        raise OptionError(f"--device-config {path}: {err}") from None

@@ -8,6 +8,11 @@ ready-made GPU states instead of rebuilding them:
   label), then books its pods again; heartbeats that change nothing else cost a comparison;
 - a pod event books or unbooks that one pod (`fit.add_*_pod` / `fit.remove_*_pod`).
 
+Beside the GPU strategy's cards, a node keeps the cards of every configured Ascend chip it
+carries (`NodeView.npus`, one `NpuCards` per `fit.families.ascend_families` entry: its count
+resource in allocatable and its `hami.io/node-register-<commonWord>` registration); a pod is
+booked on both. A node without Ascend keeps one shared empty tuple and pays nothing else.
+
 Every `NodeView` has its own lock; a fit, a bind's fit-and-assume and every cache update of that
 node happen under it. A bind *assumes* its pod at once (books it with the annotations it is about
 to write), so the next fit on that node counts it even before the watch shows the bound pod;
@@ -28,9 +33,10 @@ from typing import Any
 
 from deviceplugin.fit import Compat, GpuState, VgpuConfig, holds_gpus, labelled_strategy, published_strategy
 from deviceplugin.fit import keys as fitkeys
+from deviceplugin.fit.ascend import NODE_HAMI_CORE
 from deviceplugin.fit.codec import parse_memory_factor
 from deviceplugin.fit.errors import FitInputError
-from deviceplugin.fit.families import Family, family_of
+from deviceplugin.fit.families import AscendFamily, DeviceFamily, Family, family_of
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, is_volcano_compat
 from deviceplugin.fit.policy import Policy
@@ -79,6 +85,21 @@ def _signature(node: Obj) -> tuple[object, ...]:
     )
 
 
+def _npu_signature(node: Obj, families: Sequence[AscendFamily]) -> tuple[object, ...]:
+    """What the Ascend cards of a node are built from; empty when it carries none of it (the
+    signature of a GPU-only node is then the GPU one alone)."""
+    if not families:
+        return ()
+    allocatable = _section(node, "status", "allocatable")
+    notes = _section(node, "metadata", "annotations")
+    values = (
+        *(allocatable.get(family.chip.resource_name) for family in families),
+        *(notes.get(family.chip.register_key) for family in families),
+        notes.get(NODE_HAMI_CORE),
+    )
+    return values if any(value is not None for value in values) else ()
+
+
 def other_strategy(node: Obj, family: Family) -> str:
     """Why a node running another GPU strategy cannot serve `family`'s resources, or "": its
     label `volcano.sh/gpu-strategy`, else what it publishes (fit.strategy). A node with no GPU
@@ -113,6 +134,17 @@ def _config(factor: int) -> VgpuConfig:
 
 
 @dataclass(eq=False, slots=True)
+class NpuCards:
+    """One Ascend chip's cards on a node (`AscendFamily.node_gpus`), or why they cannot be read."""
+
+    cards: list[GpuState]
+    error: str = ""
+
+
+_NO_NPUS: tuple[NpuCards | None, ...] = ()
+
+
+@dataclass(eq=False, slots=True)
 class NodeView:
     """One node as the extender sees it. Read and change it only while holding `lock`. (Slots and
     shared defaults: the extender holds one per node of the cluster.)"""
@@ -125,6 +157,9 @@ class NodeView:
     config: VgpuConfig = DEFAULT_VGPU_CONFIG
     error: str = ""  # why the node's GPUs could not be read ("" when they could)
     other_strategy: str = ""  # why the node runs a strategy other than the extender's ("" when not)
+    # Per Ascend family of the inventory (same order): its cards here, None when the node has
+    # none of that chip; the shared empty tuple when it has none at all.
+    npus: tuple[NpuCards | None, ...] = _NO_NPUS
     pods: dict[str, Obj] = field(default_factory=dict)  # booked pods by UID
     # Booked by a bind, not yet seen bound by the watch (a dict as a set; None until the node's
     # first bind: most nodes have none at any time, and an empty dict is 64 bytes)
@@ -148,7 +183,8 @@ class QuickFits:
 
 class Inventory:
     """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`); what
-    cannot be read goes to `nodes` and `pods` (the caches' `rejections`)."""
+    cannot be read goes to `nodes` and `pods` (the caches' `rejections`). `ascend`: the Ascend
+    chips' families served beside the strategy (`fit.families.ascend_families`)."""
 
     def __init__(
         self,
@@ -157,8 +193,10 @@ class Inventory:
         *,
         nodes: Rejections | None = None,
         pods: Rejections | None = None,
+        ascend: Sequence[AscendFamily] = (),
     ) -> None:
         self.family = family_of(strategy)  # chosen once: every node is fitted by the extender's strategy
+        self.ascend = tuple(ascend)
         self.compat = compat
         self.rejected_nodes = nodes or Rejections("node")
         self.rejected_pods = pods or Rejections("pod")
@@ -197,11 +235,11 @@ class Inventory:
         with view.lock:
             if kind == "DELETED":
                 view.known, view.signature, view.gpus, view.error = False, None, [], ""
-                view.other_strategy = ""
+                view.other_strategy, view.npus = "", _NO_NPUS
                 view.generation += 1
                 return
             view.known = True
-            signature = _signature(node)
+            signature = _signature(node) + _npu_signature(node, self.ascend)
             if signature == view.signature:
                 return
             view.signature = signature
@@ -219,9 +257,21 @@ class Inventory:
             config, gpus, error = DEFAULT_VGPU_CONFIG, [], f"node {view.name}: {describe(err)}"
             self.rejected_nodes.reject(node, err)
         view.config, view.gpus, view.error = config, gpus, error
+        view.npus = self._npu_cards(view.name, node) if self.ascend else _NO_NPUS
         for pod in view.pods.values():
             self._add(view, pod)
         view.generation += 1
+
+    def _npu_cards(self, name: str, node: Obj) -> tuple[NpuCards | None, ...]:
+        entries: list[NpuCards | None] = []
+        for family in self.ascend:
+            try:
+                cards = family.node_gpus(node, DEFAULT_VGPU_CONFIG, self.compat)
+                entries.append(NpuCards(cards) if cards else None)
+            except Exception as err:  # this chip alone is unusable on the node
+                entries.append(NpuCards([], f"node {name}: {family.chip.register_key}: {describe(err)}"))
+                self.rejected_nodes.reject(node, err)
+        return tuple(entries) if any(entry is not None for entry in entries) else _NO_NPUS
 
     # --- pod events ---------------------------------------------------------------------------
 
@@ -288,13 +338,22 @@ class Inventory:
     def _unbook(self, view: NodeView, uid: str) -> None:
         if view.pods.pop(uid, None) is not None:
             self.family.unbook(view.gpus, uid, self.compat, view.config)
+            for family, entry in zip(self.ascend, view.npus, strict=False):
+                if entry is not None:
+                    family.unbook(entry.cards, uid, self.compat, view.config)
             view.generation += 1
 
     def _add(self, view: NodeView, pod: Obj) -> None:
+        self._add_to(self.family, view.gpus, view, pod)
+        for family, entry in zip(self.ascend, view.npus, strict=False):
+            if entry is not None:
+                self._add_to(family, entry.cards, view, pod)
+
+    def _add_to(self, family: DeviceFamily, gpus: list[GpuState], view: NodeView, pod: Obj) -> None:
         try:
-            self.family.book(view.gpus, pod, self.compat, view.config)
+            family.book(gpus, pod, self.compat, view.config)
         except Exception as err:
-            # The pod's annotations cannot say which GPU it holds: nothing is booked for it, not
+            # The pod's annotations cannot say which device it holds: nothing is booked for it, not
             # even what a reader that failed half-way had booked.
-            self.family.unbook(view.gpus, pod_uid(pod), self.compat, view.config)
+            family.unbook(gpus, pod_uid(pod), self.compat, view.config)
             self.rejected_pods.reject(pod, err)

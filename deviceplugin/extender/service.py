@@ -16,6 +16,12 @@ does not fit (the scheduler is told why), get the full fit.
 Bind fits the pod again on its node, against the current usage plus the pods other binds have
 assumed, and assumes it before the API call, all under the node's lock: two binds to one node
 never both get the same memory. A failed API call takes the assumption back.
+
+A pod asking an Ascend chip (`Inventory.ascend`) is fitted family by family on each node, the
+GPU strategy first and then the chips in configured order (Volcano's `RegisteredDevices`), and
+fails on the first family that does not fit; its host score sums the families' scores before
+Volcano's rounding and weight (`host_score_of`), and its bind writes every family's annotations.
+Pods asking no Ascend chip take the paths above unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from deviceplugin.extender.protocol import (
     host_priorities,
 )
 from deviceplugin.fit import FitInputError, FitResult, node_score, pod_strategy
-from deviceplugin.fit.family import PodRequest
+from deviceplugin.fit.families import AscendFamily
+from deviceplugin.fit.family import DeviceFamily, PodRequest
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
@@ -51,6 +58,10 @@ CACHED_FITS = 16  # pods whose filter results are kept for prioritize
 QUICK_SHAPES = 8  # pod shapes whose quick scores each node keeps (for its current generation)
 REMEMBERED_SHAPES = 1024  # pod shapes numbered for those scores
 _NOT_KEPT = -1  # no host score is negative
+
+NpuRequests = tuple[tuple[int, PodRequest], ...]
+"""The Ascend families a pod asks: (index in `Inventory.ascend`, the request), in configured order."""
+Fits = list[tuple[DeviceFamily, FitResult]]
 POD_WAIT_S = 1.0  # how long a bind waits for the pod cache to show a pod it does not know
 
 
@@ -104,6 +115,55 @@ class ExtenderService:
             pod_strategy(pod)
         return self.inventory.family.request(pod, compat)
 
+    def npu_requests(self, pod: Obj) -> NpuRequests:
+        """The pod's request of each Ascend family it asks; raises FitInputError as `request_of`."""
+        compat = self.config.compat
+        asked = ((index, family.request(pod, compat)) for index, family in enumerate(self.inventory.ascend))
+        return tuple((index, request) for index, request in asked if request.wants)
+
+    def _fit_all(
+        self, name: str, view: NodeView, pod: Obj, request: PodRequest, npus: NpuRequests
+    ) -> tuple[str, bool, Fits]:
+        """Fit every family the pod asks on one node; caller holds `view.lock`. (Why not, "" when
+        it fits; whether no change of usage can help; each family's fit.) Volcano's predicate
+        stops at the first family that fails, the GPU strategy's first."""
+        fits: Fits = []
+        if request.wants or not view.known:
+            why = self._unusable(name, view)
+            if why:
+                return why, True, fits
+        if request.wants:
+            try:
+                result = self._fit(view, pod, request)
+            except FitInputError as err:
+                result = FitResult(ok=False, reason=str(err))
+            if not result.ok:
+                return result.reason, False, fits
+            fits.append((self.inventory.family, result))
+        config = self.config
+        for index, npu_request in npus:
+            family = self.inventory.ascend[index]
+            entry = view.npus[index] if view.npus else None
+            if entry is None or not entry.cards:
+                if is_volcano_compat(config.compat):
+                    continue  # Volcano's predicate skips a device type the node does not have
+                return (entry.error if entry else "") or _no_chip(name, family), True, fits
+            try:
+                result = family.fit(
+                    entry.cards,
+                    pod,
+                    npu_request,
+                    policy=config.policy,
+                    compat=config.compat,
+                    config=view.config,
+                )
+            except FitInputError as err:
+                result = FitResult(ok=False, reason=str(err))
+            if not result.ok:
+                return f"{family.name}: {result.reason}", False, fits
+            fits.append((family, result))
+        return "", False, fits
+
     def _fit(self, view: NodeView, pod: Obj, request: PodRequest) -> FitResult:
         """Fit on one node; caller holds `view.lock`."""
         config = self.config
@@ -123,9 +183,7 @@ class ExtenderService:
                 shape = self._shapes[request] = next(self._shape_numbers)
             return shape
 
-    def _quick_score(
-        self, view: NodeView, request: PodRequest, shape: int, policy: Policy
-    ) -> int | None:
+    def _quick_score(self, view: NodeView, request: PodRequest, shape: int, policy: Policy) -> int | None:
         """The host score when the family's quick fit finds the pod fits on `view`; None when the
         full fit must decide (it does not fit, or quick cannot tell).
 
@@ -187,10 +245,13 @@ class ExtenderService:
             return filter_result(args, [], {}, {}, error=problem)
         try:
             request = self.request_of(pod)
+            npus = self.npu_requests(pod) if self.inventory.ascend else ()
         except FitInputError as err:
             return filter_result(args, [], {}, {}, error=str(err))
-        if not request.wants:
+        if not request.wants and not npus:
             return filter_result(args, list(args.node_names), {}, {})
+        if npus:
+            return self._filter_npus(args, request, npus)
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -223,12 +284,42 @@ class ExtenderService:
                 passed.append(name)
             else:
                 failed[name] = result.reason
+        self._keep_fits(pod, fits)
+        return filter_result(args, passed, failed, unresolvable)
+
+    def _keep_fits(self, pod: Obj, fits: dict[str, tuple[int, int]]) -> None:
         with self._lock:
             key = _pod_key(pod)
             self._fits[key] = fits
             self._fits.move_to_end(key)
             while len(self._fits) > CACHED_FITS:
                 self._fits.popitem(last=False)
+
+    def _filter_npus(self, args: ExtenderArgs, request: PodRequest, npus: NpuRequests) -> dict[str, Any]:
+        """Filter for a pod asking an Ascend chip (and perhaps the GPU strategy): every family fitted
+        on every node (an Ascend node has a handful of cards: no quick fit)."""
+        pod = args.pod
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        fits: dict[str, tuple[int, int]] = {}
+        views = self.inventory.views
+        for name in args.node_names:
+            view = views.get(name)
+            if view is None:
+                unresolvable[name] = self._unusable(name, view)
+                continue
+            with view.lock:
+                why, hopeless, results = self._fit_all(name, view, pod, request, npus)
+                if not why:
+                    fits[name] = (view.generation, self.host_score_of(results))
+            if not why:
+                passed.append(name)
+            elif hopeless:
+                unresolvable[name] = why
+            else:
+                failed[name] = why
+        self._keep_fits(pod, fits)
         return filter_result(args, passed, failed, unresolvable)
 
     # --- prioritize ---------------------------------------------------------------------------
@@ -244,7 +335,20 @@ class ExtenderService:
     def devices_score(self, score: float, devices: int) -> int:
         """`host_score` of a fit that scored `score` on `devices` devices."""
         per_device = score / devices if self.inventory.family.scores_per_device and devices else score
-        value = node_score(per_device / 10.0, self.config.weight)
+        return self._scaled(per_device)
+
+    def host_score_of(self, fits: Fits) -> int:
+        """The host score of a pod fitted by several families: Volcano's node order sums the raw
+        score of every device type the pod asks (`getDeviceScore`) before rounding it and
+        applying the weight once; each family's part is what `host_score` takes of it alone."""
+        total = 0.0
+        for family, result in fits:
+            devices = sum(len(container) for container in result.devices)
+            total += result.score / devices if family.scores_per_device and devices else result.score
+        return self._scaled(total)
+
+    def _scaled(self, score: float) -> int:
+        value = node_score(score / 10.0, self.config.weight)
         return int(min(max(value, 0.0), float(MAX_EXTENDER_PRIORITY)))
 
     def _policy(self) -> Policy:
@@ -256,12 +360,15 @@ class ExtenderService:
             return host_priorities([(name, 0) for name in args.node_names])
         try:
             request = self.request_of(pod)
+            npus = self.npu_requests(pod) if self.inventory.ascend else ()
         except FitInputError:
-            request = PodRequest(False)
-        if not request.wants:
+            request, npus = PodRequest(False), ()
+        if not request.wants and not npus:
             return host_priorities([(name, 0) for name in args.node_names])
         with self._lock:
             cached = self._fits.get(_pod_key(pod), {})
+        if npus:
+            return self._prioritize_npus(args, request, npus, cached)
         scores: list[tuple[str, int]] = []
         score_of = self.host_score
         views = self.inventory.views
@@ -287,6 +394,25 @@ class ExtenderService:
                 except FitInputError:
                     result = FitResult(ok=False)
             scores.append((name, score_of(result)))
+        return host_priorities(scores)
+
+    def _prioritize_npus(
+        self, args: ExtenderArgs, request: PodRequest, npus: NpuRequests, cached: dict[str, tuple[int, int]]
+    ) -> list[dict[str, Any]]:
+        scores: list[tuple[str, int]] = []
+        views = self.inventory.views
+        for name in args.node_names:
+            view = views.get(name)
+            entry = cached.get(name)
+            if view is not None and entry is not None and entry[0] == view.generation:
+                scores.append((name, entry[1]))
+                continue
+            score = 0
+            if view is not None:
+                with view.lock:
+                    why, _, results = self._fit_all(name, view, args.pod, request, npus)
+                score = 0 if why else self.host_score_of(results)
+            scores.append((name, score))
         return host_priorities(scores)
 
     # --- bind ---------------------------------------------------------------------------------
@@ -341,8 +467,11 @@ class ExtenderService:
         of this strategy's resources and nothing was booked)."""
         try:
             request = self.request_of(pod)
+            npus = self.npu_requests(pod) if self.inventory.ascend else ()
         except FitInputError as err:
             return str(err), {}
+        if npus:
+            return self._assume_npus(pod, node, request, npus)
         if not request.wants:
             return "", {}
         view = self.inventory.view(node)
@@ -362,6 +491,26 @@ class ExtenderService:
             self.inventory.assume(view, _bound(pod, node, annotations))
         return "", annotations
 
+    def _assume_npus(
+        self, pod: Obj, node: str, request: PodRequest, npus: NpuRequests
+    ) -> tuple[str, dict[str, str]]:
+        """`_assume` for a pod asking an Ascend chip: every family's annotations, merged as
+        Volcano's predicates plugin merges each device type's `Allocate` into the pod."""
+        view = self.inventory.view(node)
+        if view is None:
+            return self._unusable(node, view), {}
+        with view.lock:
+            why, _, results = self._fit_all(node, view, pod, request, npus)
+            if why:
+                return why, {}
+            now_ns = time.time_ns()
+            annotations: dict[str, str] = {}
+            for family, result in results:
+                annotations.update(family.bind_annotations(result, node, now_ns, self.config.compat))
+            if annotations:
+                self.inventory.assume(view, _bound(pod, node, annotations))
+        return "", annotations
+
     # --- reserve (in-process callers only: the HTTP protocol has no such verb) ---------------
 
     def reserve(self, pod: Obj, node: str) -> str:
@@ -378,6 +527,14 @@ class ExtenderService:
         if view is not None:
             with view.lock:
                 self.inventory.forget(view, pod_uid(pod))
+
+
+def _no_chip(name: str, family: AscendFamily) -> str:
+    chip = family.chip
+    return (
+        f"node {name} has no {chip.common_word} cards (it needs allocatable {chip.resource_name} above 0 "
+        f"and the {chip.register_key} registration of the HAMi Ascend device plugin)"
+    )
 
 
 def _bound(pod: Obj, node: str, annotations: Mapping[str, str]) -> Obj:

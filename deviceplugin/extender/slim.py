@@ -7,8 +7,9 @@ conditions and node info, a pod managedFields, env, volumes and container status
 Python objects each, and 304 MB for 20,000 nodes with 80,000 pods, read by nobody here. Kept:
 
 - node: metadata.name; the labels and annotations of the GPU domains (`KEPT_DOMAINS`: the
-  strategy label, the vGPU registration, unhealthy GPUs, the memory factor); the GPU resources
-  of status.capacity and status.allocatable (those of the GPU domains);
+  strategy label, the vGPU registration, unhealthy GPUs, the memory factor, the Ascend
+  registrations and `hami-vnpu-core`); the GPU and Ascend resources of status.capacity and
+  status.allocatable (those of the same domains);
 - pod: metadata name, namespace, uid, deletionTimestamp and the labels and annotations of the
   GPU and pod-group domains; spec.nodeName; per container and init container its name and the
   limits and requests of its resources (a vGPU request may be given as a request); status.phase.
@@ -35,7 +36,19 @@ from deviceplugin.kube.owned import owned
 
 Obj = Mapping[str, Any]
 
-KEPT_DOMAINS = frozenset({"volcano.sh", "scheduling.volcano.sh", "scheduling.k8s.io", "nvidia.com"})
+# hami.io and huawei.com: the Ascend registrations, ledger and resources; a key without a domain
+# is its own domain here (`hami-vnpu-core`, the node's hami-core switch).
+KEPT_DOMAINS = frozenset(
+    {
+        "volcano.sh",
+        "scheduling.volcano.sh",
+        "scheduling.k8s.io",
+        "nvidia.com",
+        "hami.io",
+        "huawei.com",
+        "hami-vnpu-core",
+    }
+)
 _POD_METADATA = ("name", "namespace", "uid", "deletionTimestamp")
 _RESOURCES = ("limits", "requests")
 _SHARED_LIMIT = 4096  # distinct shared values remembered; past it the memo starts afresh
