@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from deviceplugin.extender import ExtenderConfigError, load_config
 from deviceplugin.fit.ascend_config import ASCEND310P, DEFAULT_VNPUS
-from deviceplugin.fit.families import family_of
+from deviceplugin.fit.families import AscendFamily, family_of
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, Compat
 from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import (
@@ -307,6 +309,17 @@ def test_an_ascend_request_that_cannot_be_served_is_an_error_by_default(
 
 
 # --- configuration -------------------------------------------------------------------------------
+
+
+def test_the_documented_scheduler_configuration_leaves_vnpu_memory_and_cores_to_the_extender() -> None:
+    # Otherwise kube-scheduler finds every node short of them: no node advertises them.
+    text = (Path(__file__).parents[2] / "docs" / "extender.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (entry,) = yaml.safe_load(block)["extenders"]
+    managed = {item["name"]: item.get("ignoredByScheduler", False) for item in entry["managedResources"]}
+    family = AscendFamily(ASCEND310P)
+    assert managed[COUNT] is False
+    assert {name: managed.get(name) for name in family.ignored_resources} == {MEMORY: True, CORE: True}
 
 
 def test_the_device_config_file_names_the_chips(tmp_path: Any) -> None:
