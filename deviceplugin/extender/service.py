@@ -43,7 +43,7 @@ from deviceplugin.extender.protocol import (
     filter_result,
     host_priorities,
 )
-from deviceplugin.fit import FitInputError, FitResult, node_score, pod_strategy
+from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily
 from deviceplugin.fit.family import DeviceFamily, PodRequest
 from deviceplugin.fit.model import is_volcano_compat
@@ -104,6 +104,7 @@ class ExtenderService:
         self._seen: OrderedDict[str, Obj] = OrderedDict()
         self._shapes: dict[PodRequest, int] = {}
         self._shape_numbers = itertools.count()
+        self._npu_names = frozenset(name for family in inventory.ascend for name in family.resources)
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -117,6 +118,8 @@ class ExtenderService:
 
     def npu_requests(self, pod: Obj) -> NpuRequests:
         """The pod's request of each Ascend family it asks; raises FitInputError as `request_of`."""
+        if not _names_any(pod, self._npu_names):
+            return ()  # most pods: what costs a GPU pod's cycle a few set lookups, not a parse per chip
         compat = self.config.compat
         asked = ((index, family.request(pod, compat)) for index, family in enumerate(self.inventory.ascend))
         return tuple((index, request) for index, request in asked if request.wants)
@@ -527,6 +530,16 @@ class ExtenderService:
         if view is not None:
             with view.lock:
                 self.inventory.forget(view, pod_uid(pod))
+
+
+def _names_any(pod: Obj, names: frozenset[str]) -> bool:
+    """Whether a container or init container of the pod limits or requests one of `names`."""
+    for container in (*objects.init_containers(pod), *objects.containers(pod)):
+        if not names.isdisjoint(objects.limits(container)) or not names.isdisjoint(
+            objects.requests(container)
+        ):
+            return True
+    return False
 
 
 def _no_chip(name: str, family: AscendFamily) -> str:
