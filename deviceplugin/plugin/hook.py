@@ -36,7 +36,7 @@ CONTAINER_PRELOAD = "/etc/ld.so.preload"
 CONTAINER_CACHE_DIR = "/tmp/vgpu"
 CONTAINER_LOCK_DIR = "/tmp/vgpulock"
 SHARED = 0o777  # written by whatever user the container runs as
-READY = 16  # cache directories kept made ahead: more than the containers admitted between refills
+READY = 16  # empty directories kept in `ready`: more than the containers admitted between two pod events
 
 
 class HookPath:
