@@ -371,6 +371,9 @@ def test_scheduler_extender_entry(scheduler_config: Doc, extender_docs: list[Doc
         "volcano.sh/vgpu-memory": False,
         "volcano.sh/vgpu-cores": False,
         "volcano.sh/vgpu-memory-percentage": True,  # requested by pods, advertised by no node
+        "huawei.com/Ascend310P": False,
+        "huawei.com/Ascend310P-memory": True,  # advertised by no node: the extender fits them
+        "huawei.com/Ascend310P-core": True,
     }
     profiles = [p["schedulerName"] for p in scheduler_config["profiles"]]
     assert len(profiles) == len(set(profiles))
