@@ -74,7 +74,7 @@ class Extender:
             config.compat,
             nodes=self.nodes.rejections,
             pods=self.pods.rejections,
-            ascend=ascend_families(config.vnpus),
+            ascend=ascend_families(config.vnpus) if config.serves_ascend else (),
         )
         self.nodes.add_listener(self.inventory.on_node)
         self.pods.add_listener(self.inventory.on_pod)
@@ -154,7 +154,7 @@ def run(config: ExtenderConfig) -> int:
         policy=config.policy,
         weight=config.weight,
         compat=config.compat or "none",
-        ascend=",".join(chip.common_word for chip in config.vnpus.chips) or "none",
+        ascend=",".join(chip.common_word for chip in config.vnpus.chips if config.serves_ascend) or "none",
     )
     try:
         frozen = False

@@ -11,10 +11,16 @@ under their own names, so a Volcano configuration can be carried over as is:
 | `deviceshare.VGPUEnable: true` | `strategy: vgpu` |
 | `deviceshare.SchedulePolicy` | `policy` |
 | `deviceshare.ScheduleWeight` | `weight` |
+| `deviceshare.AscendHAMiVNPUEnable` | `ascend-hami-vnpu` |
 
 `device-config` names Volcano's `device-config.yaml` (the device ConfigMap's key, mounted as a
 file): its `vnpus` section lists the Ascend chips served beside the strategy (a document without
 `vnpus`: none). Without it the built-in Ascend310P chip is served, as Volcano's default config has it.
+`ascend-hami-vnpu` (Volcano's `deviceshare.AscendHAMiVNPUEnable`) turns those chips on or off:
+compat="volcano" defaults it off as Volcano does; the default mode defaults it on, so a cluster whose
+kube-scheduler configuration names the Ascend resources (the documented one does) is served
+without a second switch. Off, the filter refuses every node for a pod asking a chip's resource and
+says which switch is off.
 
 The three enable switches are mutually exclusive, as in Volcano, and read as Volcano reads them
 (Go's strconv.ParseBool). Unknown keys and bad values are errors that name the option and where the
@@ -79,7 +85,8 @@ VOLCANO_ENABLES: dict[str, Strategy] = {
 }
 VOLCANO_POLICY = "deviceshare.SchedulePolicy"
 VOLCANO_WEIGHT = "deviceshare.ScheduleWeight"
-_VOLCANO_OPTIONS = {VOLCANO_POLICY: "policy", VOLCANO_WEIGHT: "weight"}
+VOLCANO_ASCEND = "deviceshare.AscendHAMiVNPUEnable"
+_VOLCANO_OPTIONS = {VOLCANO_POLICY: "policy", VOLCANO_WEIGHT: "weight", VOLCANO_ASCEND: "ascend-hami-vnpu"}
 
 # The shared layer's error, by the name the extender's callers know it.
 ExtenderConfigError = OptionError
@@ -102,6 +109,15 @@ class ExtenderConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     device_config: Path | None = None
     vnpus: VnpusConfig = DEFAULT_VNPUS  # the Ascend chips served (read from `device_config`)
+    ascend_hami_vnpu: bool | None = None  # serve `vnpus`; None: the mode's default
+
+    @property
+    def serves_ascend(self) -> bool:
+        """Whether the `vnpus` chips are served: as told, else on by default and off under
+        compat="volcano" (Volcano's `AscendHAMiVNPUEnable` defaults to false)."""
+        if self.ascend_hami_vnpu is not None:
+            return self.ascend_hami_vnpu
+        return self.compat != "volcano"
 
 
 # --- the extender's own value readers (the shared ones are in deviceplugin.options) ---
@@ -190,6 +206,13 @@ OPTIONS: tuple[Option, ...] = (
         pathname,
         "Volcano's device-config.yaml: its vnpus section lists the Ascend chips to serve "
         "[default: the built-in Ascend310P]",
+    ),
+    Option(
+        "ascend-hami-vnpu",
+        None,
+        boolean,
+        "serve the Ascend vNPU chips of --device-config (Volcano's deviceshare.AscendHAMiVNPUEnable) "
+        "[default true; false with --compat volcano, as in Volcano]",
     ),
 )
 CONFIG_OPTION = Option("config", None, pathname, "YAML config file")

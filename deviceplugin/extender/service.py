@@ -44,7 +44,7 @@ from deviceplugin.extender.protocol import (
     host_priorities,
 )
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
-from deviceplugin.fit.families import AscendFamily
+from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
@@ -105,6 +105,9 @@ class ExtenderService:
         self._shapes: dict[PodRequest, int] = {}
         self._shape_numbers = itertools.count()
         self._npu_names = frozenset(name for family in inventory.ascend for name in family.resources)
+        # The chips configured but switched off (ascend-hami-vnpu false): their pods are refused.
+        off = () if config.serves_ascend else ascend_families(config.vnpus)
+        self._npu_off = frozenset(name for family in off for name in family.resources)
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -251,6 +254,8 @@ class ExtenderService:
             npus = self.npu_requests(pod) if self.inventory.ascend else ()
         except FitInputError as err:
             return filter_result(args, [], {}, {}, error=str(err))
+        if self._npu_off and _names_any(pod, self._npu_off):
+            return filter_result(args, [], {}, dict.fromkeys(args.node_names, _ASCEND_OFF))
         if not request.wants and not npus:
             return filter_result(args, list(args.node_names), {}, {})
         if npus:
@@ -540,6 +545,12 @@ def _names_any(pod: Obj, names: frozenset[str]) -> bool:
         ):
             return True
     return False
+
+
+_ASCEND_OFF = (
+    "Ascend vNPUs are not served: the extender runs with ascend-hami-vnpu "
+    "(deviceshare.AscendHAMiVNPUEnable) false"
+)
 
 
 def _no_chip(name: str, family: AscendFamily) -> str:

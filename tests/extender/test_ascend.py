@@ -42,6 +42,12 @@ ASCEND_KEYS = {
 _TIMES = ("predicate-time", "hami.io/vgpu-time", "hami.io/bind-time")
 
 
+def _serving(compat: Compat) -> dict[str, Any]:
+    """The extender's options serving Ascend in `compat`: Volcano's must turn it on, as Volcano's
+    deviceshare.AscendHAMiVNPUEnable; the default mode serves it untold."""
+    return {"compat": compat, "ascend_hami_vnpu": True} if compat == "volcano" else {"compat": compat}
+
+
 def npu_node(name: str, *ids: str, annotations: dict[str, str] | None = None, base: Obj | None = None) -> Obj:
     """A node as the HAMi Ascend device plugin leaves it: 7 vNPU slots per chip in allocatable and
     the registration annotation (on top of `base`, a GPU node, when given)."""
@@ -101,7 +107,7 @@ def test_a_template_pod_is_scheduled_and_bound_exactly_as_volcano(
     apiserver.create("nodes", npu_node("node-a", "NPU-A", "NPU-B"))
     apiserver.create("nodes", share_node("gpu-only"))
     _held(apiserver, "node-a", "NPU-A,Ascend310P,12288,0:;")
-    ext = start_extender(strategy="share", policy=policy, compat=compat)
+    ext = start_extender(strategy="share", policy=policy, **_serving(compat))
     pod = create_pod(apiserver, npu_pod("new", {COUNT: "1", MEMORY: "4096"}, annotations={"team": "a"}))
     eventually(lambda: ext.extender.pods.get(pod["metadata"]["uid"]) is not None)
 
@@ -133,7 +139,7 @@ def test_a_hami_core_pod_binds_its_memory_and_cores_on_a_hami_core_node_only(
 ) -> None:
     apiserver.create("nodes", npu_node("soft", "NPU-S", annotations={"hami-vnpu-core": "true"}))
     apiserver.create("nodes", npu_node("templates", "NPU-T"))
-    ext = start_extender(strategy="vgpu", compat=compat)
+    ext = start_extender(strategy="vgpu", **_serving(compat))
     pod = create_pod(apiserver, npu_pod("new", {COUNT: "1", MEMORY: "4096", CORE: "90"}, annotations=MODE))
     eventually(lambda: ext.extender.pods.get(pod["metadata"]["uid"]) is not None)
 
@@ -153,7 +159,7 @@ def test_binds_book_the_cards_so_the_next_pod_goes_elsewhere(
     # Two containers, each a whole card, on a two-card node: the second such pod finds no card
     # (the first was booked at bind, before any watch event shows it).
     apiserver.create("nodes", npu_node("node-a", "NPU-A", "NPU-B"))
-    ext = start_extender(compat=compat)
+    ext = start_extender(**_serving(compat))
     first, second = (
         create_pod(apiserver, npu_pod(name, {COUNT: "1", MEMORY: "20000"}, {COUNT: "1", MEMORY: "20000"}))
         for name in ("first", "second")
@@ -184,7 +190,7 @@ def test_a_failed_binding_call_writes_no_ascend_key_and_gives_the_card_back(
     apiserver: ApiServerEmulator, start_extender: StartExtender, compat: Compat
 ) -> None:
     apiserver.create("nodes", npu_node("node-a", "NPU-A"))
-    ext = start_extender(compat=compat)
+    ext = start_extender(**_serving(compat))
     pod = create_pod(apiserver, npu_pod("new", {COUNT: "1", MEMORY: "20000"}))
     eventually(lambda: ext.extender.pods.get(pod["metadata"]["uid"]) is not None)
     apiserver.faults.error(500, path="/binding", times=1)
@@ -203,7 +209,7 @@ def test_a_node_runs_a_gpu_strategy_and_ascend_side_by_side(
     base = vgpu_node("mixed", gpus=1)
     base["metadata"]["labels"] = {"volcano.sh/gpu-strategy": "vgpu"}
     apiserver.create("nodes", npu_node("mixed", "NPU-A", base=base))
-    ext = start_extender(strategy="vgpu", compat=compat)
+    ext = start_extender(strategy="vgpu", **_serving(compat))
     gpu = create_pod(
         apiserver, gpu_pod("gpu", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "1000"})
     )
@@ -240,7 +246,7 @@ def test_a_pod_asking_a_vgpu_and_a_vnpu_gets_both_and_one_summed_score(
     base = vgpu_node("mixed", gpus=1)
     apiserver.create("nodes", npu_node("mixed", "NPU-A", "NPU-B", base=base))
     _held(apiserver, "mixed", "NPU-A,Ascend310P,12288,0:;")
-    ext = start_extender(strategy="vgpu", compat=compat)
+    ext = start_extender(strategy="vgpu", **_serving(compat))
     both = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "1000", COUNT: "1", MEMORY: "4096"}
     pod = create_pod(apiserver, npu_pod("both", both))
     eventually(lambda: ext.extender.pods.get(pod["metadata"]["uid"]) is not None)
@@ -302,7 +308,7 @@ def test_an_ascend_request_that_cannot_be_served_is_an_error_by_default(
     ext = start_extender()
     pod = create_pod(apiserver, npu_pod("p", {COUNT: "1", MEMORY: "30000"}))
     assert "above the 24576 MiB" in ext.client.filter(pod, ["node-a"])["Error"]
-    volcano = start_extender(compat="volcano")
+    volcano = start_extender(**_serving("volcano"))
     # Volcano books it as 0 MiB and binds it as vir01
     assert volcano.client.bind(pod, "node-a") == ""
     assert _stored(apiserver, "p")["huawei.com/Ascend310P"] == '[{"UUID":"NPU-A","temp":"vir01"}]'
@@ -337,3 +343,43 @@ def test_a_malformed_vnpus_section_is_an_error_naming_it_or_volcanos_default(tmp
     with pytest.raises(ExtenderConfigError, match=r"--device-config .*vnpus\.configs\[0\]"):
         load_config({"device-config": str(path)}, env={})
     assert load_config({"device-config": str(path), "compat": "volcano"}, env={}).vnpus == DEFAULT_VNPUS
+
+
+# --- the AscendHAMiVNPUEnable switch ------------------------------------------------------------
+
+
+def test_the_ascend_switch_reads_volcanos_key_and_defaults_as_each_mode(tmp_path: Path) -> None:
+    path = tmp_path / "extender.yaml"
+    path.write_text("deviceshare.AscendHAMiVNPUEnable: false\n")
+    assert load_config({"config": str(path)}, env={}).serves_ascend is False
+    path.write_text("compat: volcano\ndeviceshare.AscendHAMiVNPUEnable: true\n")
+    assert load_config({"config": str(path)}, env={}).serves_ascend is True
+    assert load_config({}, env={}).serves_ascend is True  # the default mode serves the chips untold
+    assert load_config({"compat": "volcano"}, env={}).serves_ascend is False  # Volcano's default: off
+    path.write_text("ascend-hami-vnpu: true\ndeviceshare.AscendHAMiVNPUEnable: false\n")
+    with pytest.raises(ExtenderConfigError, match="given both as ascend-hami-vnpu and as deviceshare"):
+        load_config({"config": str(path)}, env={})
+    with pytest.raises(ExtenderConfigError, match="--ascend-hami-vnpu"):
+        load_config({"ascend-hami-vnpu": "yes"}, env={})
+
+
+@pytest.mark.parametrize("options", [{"compat": "volcano"}, {"ascend_hami_vnpu": False}])
+def test_an_ascend_pod_is_not_served_with_the_switch_off_and_the_filter_says_why(
+    apiserver: ApiServerEmulator, start_extender: StartExtender, options: dict[str, Any]
+) -> None:
+    apiserver.create("nodes", npu_node("node-a", "NPU-A"))
+    apiserver.create("nodes", share_node("node-b"))
+    ext = start_extender(**options)
+    # The documented kube-scheduler configuration leaves -memory to the extender: only it can refuse.
+    pod = create_pod(apiserver, npu_pod("p", {COUNT: "1", MEMORY: "4096"}))
+    result = ext.client.filter(pod, ["node-a", "node-b"])
+    assert result["NodeNames"] == [] and result["Error"] == ""
+    why = (
+        "Ascend vNPUs are not served: the extender runs with ascend-hami-vnpu "
+        "(deviceshare.AscendHAMiVNPUEnable) false"
+    )
+    assert result["FailedAndUnresolvableNodes"] == {"node-a": why, "node-b": why}
+    assert ext.extender.inventory.ascend == ()  # no chip is kept or booked
+    # a GPU pod is served as before
+    gpu = create_pod(apiserver, gpu_pod("g", {"volcano.sh/gpu-memory": "1000"}))
+    assert ext.client.filter(gpu, ["node-b"])["NodeNames"] == ["node-b"]
