@@ -24,32 +24,37 @@ from deviceplugin.fit import (
     objects,
     vgpu_gpus,
 )
+from deviceplugin.inspect.ascend import carries_ascend, npu_cards
 from deviceplugin.inspect.model import GpuReport, NodeReport, PodOnGpu, PodState
 from deviceplugin.inspect.strategy import detect_strategy, memory_factor, node_address
 
 NO_GPUS = (
-    f"publishes no GPU resource ({keys.GPU_MEMORY}, {keys.GPU_NUMBER} or {keys.NODE_VGPU_REGISTER}): "
-    "is the device plugin running on it?"
+    f"publishes no GPU resource ({keys.GPU_MEMORY}, {keys.GPU_NUMBER} or {keys.NODE_VGPU_REGISTER}) "
+    "nor Ascend cards: is the device plugin running on it?"
 )
 
 
 def node_report(node: objects.Obj, pods: Iterable[objects.Obj]) -> NodeReport:
     problems: list[str] = []
     name = ""
+    pods = list(pods)
     try:
         name = str(objects.metadata(node).get("name") or "")
         strategy = detect_strategy(node)
         factor, factor_problem = memory_factor(node)
+        ascend = carries_ascend(node)
     except FitInputError as err:
         return NodeReport(name, node_address(node), "unknown", 1, (), (f"node object unreadable: {err}",))
     read = _READERS.get(strategy)
-    if read is None:  # "none": no GPU resource
-        return NodeReport(name, node_address(node), strategy, factor, (), (NO_GPUS,))
-    if factor_problem:
-        problems.append(factor_problem)
-    active = _active_pods(pods, problems)
-    gpus = read(node, active, factor, problems)
-    return NodeReport(name, node_address(node), strategy, factor, gpus, tuple(problems))
+    gpus: tuple[GpuReport, ...] = ()
+    if read is not None:
+        if factor_problem:
+            problems.append(factor_problem)
+        gpus = read(node, _active_pods(pods, problems), factor, problems)
+    elif not ascend:  # "none": no GPU resource
+        problems.append(NO_GPUS)
+    npus = npu_cards(node, pods, problems) if ascend else ()
+    return NodeReport(name, node_address(node), strategy, factor, gpus, tuple(problems), npus, ascend)
 
 
 def _active_pods(pods: Iterable[objects.Obj], problems: list[str]) -> dict[str, objects.Obj]:

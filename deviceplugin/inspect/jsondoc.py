@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deviceplugin.inspect.model import GpuReport, NodeReport, PodOnGpu, Ratio, Report
+from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 
 KIND = "GpuInspection"
 VERSION = 1
@@ -46,6 +46,22 @@ def _gpu(gpu: GpuReport) -> dict[str, Any]:
     }
 
 
+def _npu(card: NpuCardReport) -> dict[str, Any]:
+    return {
+        "chip": card.chip,
+        "index": card.index,
+        "id": card.id,
+        "mode": card.mode,
+        "healthy": card.healthy,
+        "memoryMiB": _pair(card.memory_used_mib, card.memory_total_mib),
+        "aiCores": _pair(card.cores_used, card.cores_total),
+        "podCount": len(card.pods),
+        "podLimit": card.pod_limit,
+        "pendingCount": card.pending,
+        "pods": [_pod(pod) for pod in card.pods],
+    }
+
+
 def _node(node: NodeReport) -> dict[str, Any]:
     publishes_memory = any(gpu.memory_total_mib is not None for gpu in node.gpus)
     return {
@@ -55,6 +71,7 @@ def _node(node: NodeReport) -> dict[str, Any]:
         "memoryFactorMiB": node.memory_factor,
         "memoryMiB": _pair(node.memory_used_mib, node.memory_total_mib) if publishes_memory else None,
         "gpus": [_gpu(gpu) for gpu in node.gpus],
+        "npus": [_npu(card) for card in node.npus],
         "problems": list(node.problems),
     }
 
@@ -64,7 +81,12 @@ def report_document(report: Report) -> dict[str, Any]:
         "kind": KIND,
         "version": VERSION,
         "nodes": [_node(node) for node in report.nodes],
-        "cluster": {"memoryMiB": _ratio(report.totals.memory_mib), "gpus": _ratio(report.totals.gpus)},
+        "cluster": {
+            "memoryMiB": _ratio(report.totals.memory_mib),
+            "gpus": _ratio(report.totals.gpus),
+            "npuMemoryMiB": _ratio(report.totals.npu_memory_mib),
+            "npus": _ratio(report.totals.npus),
+        },
     }
 
 

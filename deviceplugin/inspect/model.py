@@ -48,6 +48,28 @@ class GpuReport:
 
 
 @dataclass(frozen=True, slots=True)
+class NpuCardReport:
+    """One Ascend card the HAMi Ascend device plugin registered (`chip`: its commonWord). Memory in
+    MiB; cores are AI cores (percent on a `hami-core` node); `pod_limit` is its vNPU slots."""
+
+    chip: str
+    index: int
+    id: str
+    mode: str  # "template" or "hami-core"
+    healthy: bool
+    memory_used_mib: int
+    memory_total_mib: int
+    cores_used: int
+    cores_total: int
+    pod_limit: int
+    pods: tuple[PodOnGpu, ...]
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for pod in self.pods if pod.state == "pending")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeReport:
     """One node: its strategy (detected from what it publishes), GPUs, and any problem reading it."""
 
@@ -57,6 +79,9 @@ class NodeReport:
     memory_factor: int
     gpus: tuple[GpuReport, ...]
     problems: tuple[str, ...]
+    npus: tuple[NpuCardReport, ...] = ()
+    #: The node publishes Ascend cards (or tries to: a malformed registration), so it is shown.
+    ascend: bool = False
 
     @property
     def memory_used_mib(self) -> int:
@@ -84,6 +109,8 @@ class ClusterTotals:
 
     memory_mib: Ratio
     gpus: Ratio
+    npu_memory_mib: Ratio = Ratio(0, 0)  # over the Ascend cards
+    npus: Ratio = Ratio(0, 0)  # Ascend cards with at least one pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +121,13 @@ class Report:
 
 def totals_of(nodes: tuple[NodeReport, ...]) -> ClusterTotals:
     gpus = [gpu for node in nodes for gpu in node.gpus]
+    cards = [card for node in nodes for card in node.npus]
     return ClusterTotals(
         memory_mib=Ratio(
             sum(gpu.memory_used_mib or 0 for gpu in gpus if gpu.memory_total_mib is not None),
             sum(gpu.memory_total_mib or 0 for gpu in gpus),
         ),
         gpus=Ratio(sum(1 for gpu in gpus if gpu.allocated), len(gpus)),
+        npu_memory_mib=Ratio(sum(c.memory_used_mib for c in cards), sum(c.memory_total_mib for c in cards)),
+        npus=Ratio(sum(1 for card in cards if card.pods), len(cards)),
     )

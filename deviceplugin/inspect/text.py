@@ -1,12 +1,25 @@
-"""The human-readable report: one row per GPU, problems, pending pods, cluster totals; `-d` adds the
-pods on each GPU."""
+"""The human-readable report: one row per GPU, one per Ascend card (with the pods on it), problems,
+pending pods, cluster totals; `-d` adds the pods on each GPU and card with their memory and cores."""
 
 from __future__ import annotations
 
-from deviceplugin.inspect.model import GpuReport, NodeReport, PodOnGpu, Ratio, Report
+from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 from deviceplugin.inspect.table import format_table
 
 HEADER = ("NAME", "IPADDRESS", "STRATEGY", "GPU", "MEMORY(MiB)", "CORES(%)", "PODS", "PENDING", "HEALTH")
+NPU_HEADER = (
+    "NAME",
+    "CHIP",
+    "CARD",
+    "ID",
+    "MODE",
+    "MEMORY(MiB)",
+    "AICORE",
+    "PODS",
+    "PENDING",
+    "HEALTH",
+    "ON-CARD",
+)
 DASH = "-"
 
 
@@ -37,6 +50,25 @@ def _node_rows(node: NodeReport) -> list[list[str]]:
     return [[*(lead if i == 0 else blank), *_gpu_cells(gpu)] for i, gpu in enumerate(node.gpus)]
 
 
+def _npu_rows(node: NodeReport) -> list[list[str]]:
+    return [
+        [
+            node.name if i == 0 else "",
+            card.chip,
+            str(card.index),
+            card.id,
+            card.mode,
+            f"{card.memory_used_mib}/{card.memory_total_mib}",
+            f"{card.cores_used}/{card.cores_total}",
+            f"{len(card.pods)}/{card.pod_limit}",
+            str(card.pending),
+            "ok" if card.healthy else "unhealthy",
+            ",".join(f"{pod.namespace}/{pod.name}" for pod in card.pods) or DASH,
+        ]
+        for i, card in enumerate(node.npus)
+    ]
+
+
 def _ratio(ratio: Ratio, unit: str = "") -> str:
     return f"{ratio.allocated}/{ratio.total}{unit} ({ratio.percent}%)"
 
@@ -45,10 +77,12 @@ def _pending_lines(report: Report) -> list[str]:
     rows = []
     for node in report.nodes:
         pending: dict[tuple[str, str], list[str]] = {}
-        for gpu in node.gpus:
-            for pod in gpu.pods:
+        devices: list[tuple[str, GpuReport | NpuCardReport]] = [(str(gpu.index), gpu) for gpu in node.gpus]
+        devices += [(f"{card.chip} {card.index}", card) for card in node.npus]
+        for label, device in devices:
+            for pod in device.pods:
                 if pod.state == "pending":
-                    pending.setdefault((pod.namespace, pod.name), []).append(str(gpu.index))
+                    pending.setdefault((pod.namespace, pod.name), []).append(label)
         rows += [[node.name, f"{ns}/{name}", ",".join(gpus)] for (ns, name), gpus in sorted(pending.items())]
     if not rows:
         return []
@@ -73,19 +107,44 @@ def _gpu_label(gpu: GpuReport) -> str:
 
 
 def _detail_lines(node: NodeReport) -> list[str]:
-    lines = ["", f"{node.name} ({node.strategy}):"]
-    lines += [f"  {_gpu_label(gpu)}" for gpu in node.gpus if gpu.uuid or gpu.model]
-    rows = [_pod_cells(gpu, pod) for gpu in node.gpus for pod in gpu.pods]
-    if not rows:
-        return [*lines, "  no pods on its GPUs"]
-    return lines + format_table(("GPU", "POD", "MEMORY(MiB)", "CORES(%)", "STATE"), rows, indent="  ")
+    kinds = [node.strategy] if node.gpus or node.strategy != "none" or not node.npus else []
+    kinds += ["ascend"] if node.npus else []
+    lines = ["", f"{node.name} ({', '.join(kinds)}):"]
+    if node.gpus or not node.npus:
+        lines += [f"  {_gpu_label(gpu)}" for gpu in node.gpus if gpu.uuid or gpu.model]
+        rows = [_pod_cells(gpu, pod) for gpu in node.gpus for pod in gpu.pods]
+        header = ("GPU", "POD", "MEMORY(MiB)", "CORES(%)", "STATE")
+        lines += format_table(header, rows, indent="  ") if rows else ["  no pods on its GPUs"]
+    if node.npus:
+        rows = [
+            [
+                f"{card.chip} {card.index} ({card.id})",
+                f"{pod.namespace}/{pod.name}",
+                str(pod.memory_mib),
+                str(pod.cores),
+                pod.state,
+            ]
+            for card in node.npus
+            for pod in card.pods
+        ]
+        header = ("CARD", "POD", "MEMORY(MiB)", "AICORE", "STATE")
+        lines += format_table(header, rows, indent="  ") if rows else ["  no pods on its Ascend cards"]
+    return lines
 
 
 def render_text(report: Report, *, details: bool = False) -> str:
     if not report.nodes:
-        return "No GPU nodes found: no node publishes volcano.sh/gpu-memory, gpu-number or vGPU resources.\n"
-    rows = [row for node in report.nodes for row in _node_rows(node)]
-    lines = format_table(HEADER, rows)
+        return (
+            "No GPU nodes found: no node publishes volcano.sh/gpu-memory, gpu-number or vGPU resources, "
+            "nor Ascend cards.\n"
+        )
+    # A node with Ascend cards and no GPU resource has no GPU row.
+    gpu_nodes = [node for node in report.nodes if node.gpus or node.strategy != "none" or not node.npus]
+    rows = [row for node in gpu_nodes for row in _node_rows(node)]
+    lines = format_table(HEADER, rows) if rows else []
+    npu_rows = [row for node in report.nodes for row in _npu_rows(node)]
+    if npu_rows:
+        lines += ["", "Ascend vNPUs:", *format_table(NPU_HEADER, npu_rows, indent="  ")]
     if details:
         for node in report.nodes:
             lines += _detail_lines(node)
@@ -95,5 +154,11 @@ def render_text(report: Report, *, details: bool = False) -> str:
     totals = report.totals
     if totals.memory_mib.total:
         lines.append(f"Allocated/Total GPU Memory In Cluster: {_ratio(totals.memory_mib, ' MiB')}")
-    lines.append(f"Allocated/Total GPUs In Cluster: {_ratio(totals.gpus)}")
+    if gpu_nodes:
+        lines.append(f"Allocated/Total GPUs In Cluster: {_ratio(totals.gpus)}")
+    if totals.npus.total:
+        lines.append(
+            f"Allocated/Total Ascend vNPU Memory In Cluster: {_ratio(totals.npu_memory_mib, ' MiB')}"
+        )
+        lines.append(f"Allocated/Total Ascend Cards In Cluster: {_ratio(totals.npus)}")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ from typing import Any
 
 from deviceplugin.fit import keys
 from kubesim.apiserver import ApiServerEmulator
+from tests.fit.ascend_builders import registration
 from tests.kube.objects import node_object, pod_object
 
 Obj = dict[str, Any]
@@ -107,3 +108,34 @@ def load_cluster(server: ApiServerEmulator) -> None:
     load_share(server)
     load_number(server)
     load_vgpu(server)
+
+
+def ascend_node(name: str, ip: str, register: str, *, hami_core: bool = False) -> Obj:
+    """A node as HAMi's Ascend device plugin leaves it: 7 vNPU slots per card in allocatable, its
+    registration and `hami-vnpu-core`."""
+    return gpu_node(
+        name,
+        ip,
+        {"huawei.com/Ascend310P": "14"},
+        {"hami.io/node-register-Ascend310P": register, "hami-vnpu-core": "true" if hami_core else "false"},
+    )
+
+
+def npu_pod(name: str, node: str, allocated: str, phase: str) -> Obj:
+    """A pod the extender (or Volcano) bound to Ascend cards: its ledger value and bind phase."""
+    pod = pod_object(name, node, namespace="ml")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"huawei.com/Ascend310P": "1"}}
+    pod["metadata"]["annotations"] = {
+        "hami.io/Ascend310P-devices-allocated": allocated,
+        "hami.io/bind-phase": phase,
+    }
+    return pod
+
+
+def load_ascend(server: ApiServerEmulator) -> None:
+    """npu-1: cards NPU-A and NPU-B (21527 MiB, 8 AI cores, 7 slots). NPU-A: npu-a vir02 6144 MiB
+    (success) and npu-b vir01 3072 MiB (allocating); NPU-B idle; a Succeeded pod holds nothing."""
+    server.create("nodes", ascend_node("npu-1", "10.0.0.14", registration("NPU-A", "NPU-B")))
+    add_pod(server, npu_pod("npu-a", "npu-1", "NPU-A,Ascend310P,6144,0:;", "success"))
+    add_pod(server, npu_pod("npu-b", "npu-1", "NPU-A,Ascend310P,3072,0:;", "allocating"))
+    add_pod(server, npu_pod("npu-done", "npu-1", "NPU-B,Ascend310P,3072,0:;", "success"), "Succeeded")

@@ -18,9 +18,10 @@ def read_table(text: str) -> list[dict[str, str]]:
             break
         bounds = [*starts[1:], None]
         row = {name: line[start:end].strip() for name, start, end in zip(names, starts, bounds, strict=True)}
-        if not row["NAME"] and rows:
+        if "NAME" in row and not row["NAME"] and rows:
             for key in ("NAME", "IPADDRESS", "STRATEGY"):
-                row[key] = rows[-1][key]
+                if key in row:
+                    row[key] = rows[-1][key]
         rows.append(row)
     return rows
 

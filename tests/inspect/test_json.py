@@ -32,6 +32,8 @@ def test_document_shape_and_cluster_totals(apiserver: ApiServerEmulator, inspect
     assert document["cluster"] == {
         "memoryMiB": {"allocated": 32768, "total": 114688, "percent": 28},
         "gpus": {"allocated": 7, "total": 8, "percent": 87},
+        "npuMemoryMiB": {"allocated": 0, "total": 0, "percent": 0},
+        "npus": {"allocated": 0, "total": 0, "percent": 0},
     }
 
 
