@@ -264,6 +264,18 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a container gets, worked out as its pod came, for one reading of the pod: its GPUs
+    (each the node's and offering what the slot asks; their health is checked per Allocate),
+    what it holds of them and its response."""
+
+    pod: VgpuPod
+    gpus: tuple[GpuInfo, ...]
+    shares: tuple[GpuShare, ...]
+    response: pb.ContainerAllocateResponse
+
+
 class VgpuAllocator(PodAllocator[VgpuPod]):
     """Serves `volcano.sh/vgpu-number` or `volcano.sh/vgpu-memory`: the GPUs and HAMi-core limits
     of each container whose slot the resource serves, an empty answer for the others.
@@ -308,33 +320,45 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             self._node_envs[OVERSUBSCRIBE] = "true"
         if disable_core_limit:
             self._node_envs[CORE_POLICY] = "disable"
-        # (pod UID, container) -> the candidate read and its container's response, built as the
-        # pod came; the Allocate takes it when it serves that very candidate (the same reading).
-        self._built: dict[tuple[str, str], tuple[VgpuPod, pb.ContainerAllocateResponse]] = {}
+        self._made: dict[tuple[str, str], _Made] = {}  # (pod UID, container): see `_on_pod`
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
         return read_vgpu_pod(pod, self.node_name, self.resource)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         """Pods come ahead of their Allocates: what the containers this resource serves get is
-        made then, on the pod cache's thread: their cache directories (`hook.make_ahead`) and
-        responses; both go with the pod when it goes unserved. The hook's ready directories
-        are topped up."""
+        made then, on the pod cache's thread: their cache directories (`hook.make_ahead`), and
+        their GPUs, shares and responses (`_Made`) for the candidate `pending` just read. These
+        go when the pod is no candidate any more (served, gone); a directory no Allocate took
+        goes with the pod. The hook's ready directories are topped up."""
         uid = objects.uid(pod)
-        if kind == "DELETED" or finished(pod):
-            self.hook.drop_ahead(uid)
-            for key in [key for key in list(self._built) if key[0] == uid]:  # a copy: Allocates pop
-                self._built.pop(key, None)
-        elif (candidate := self.pending.candidate(uid)) is not None and not candidate.problem:
+        gone = kind == "DELETED" or finished(pod)
+        candidate = None if gone else self.pending.candidate(uid)
+        if candidate is None or candidate.problem:
+            for key in [key for key in list(self._made) if key[0] == uid]:  # a copy: Allocates read it
+                self._made.pop(key, None)
+            if gone:
+                self.hook.drop_ahead(uid)
+        else:
             for need in candidate.needs:
-                if need.name in candidate.accounting:
-                    continue
-                self.hook.make_ahead(uid, need.name)
-                devices = self._devices(candidate, need)
-                gpus = [gpu for device in devices if (gpu := self._by_uuid.get(device.uuid)) is not None]
-                if len(gpus) == len(devices):  # else the Allocate refuses it (`_placement`)
-                    self._built[(uid, need.name)] = (candidate, self._build(candidate, need, gpus))
+                if need.name not in candidate.accounting:
+                    self.hook.make_ahead(uid, need.name)
+                    self._make(candidate, need)
         self.hook.refill()
+
+    def _make(self, pod: VgpuPod, need: ContainerNeed) -> None:
+        try:
+            gpus = self._gpus(pod, need, healthy=False)
+        except AllocateError:  # the Allocate refuses it (`_placement`)
+            self._made.pop((pod.uid, need.name), None)
+            return
+        shares = self._shares_of(pod, need, gpus)
+        self._made[(pod.uid, need.name)] = _Made(pod, gpus, shares, self._build(pod, need, gpus))
+
+    def _made_for(self, pod: VgpuPod, need: ContainerNeed) -> _Made | None:
+        """What was made for the container as `pod` came, if for this very reading of it."""
+        made = self._made.get((pod.uid, need.name))
+        return made if made is not None and made.pod is pod else None
 
     def _asking(self, units: int) -> str:
         if self.resource == keys.VGPU_NUMBER:
@@ -350,6 +374,17 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
         if need.name in pod.accounting:
             return Placement(pod, need, tuple(kubelet_gpus))  # kubelet's accounting: nothing to place
+        made = self._made_for(pod, need)
+        if made is None:
+            return Placement(pod, need, self._gpus(pod, need, healthy=True))
+        for gpu in made.gpus:  # the rest was checked as the pod came
+            self._usable(gpu, f"pod {pod.display} container {need.name!r}", keys.DEVICES_TO_ALLOCATE)
+        return Placement(pod, need, made.gpus)
+
+    def _gpus(self, pod: VgpuPod, need: ContainerNeed, *, healthy: bool) -> tuple[GpuInfo, ...]:
+        """The GPUs of the container's slot, each checked in turn: the node's, healthy (when
+        `healthy`), offering what the slot asks."""
+        where = f"pod {pod.display} container {need.name!r}"
         gpus = []
         for device in self._devices(pod, need):
             gpu = self._by_uuid.get(device.uuid)
@@ -360,7 +395,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                     f"{where}: {keys.DEVICES_TO_ALLOCATE} names GPU {device.uuid}, which node "
                     f"{self.node_name} does not have",
                 )
-            self._usable(gpu, where, keys.DEVICES_TO_ALLOCATE)
+            if healthy:
+                self._usable(gpu, where, keys.DEVICES_TO_ALLOCATE)
             memory = self.devices.layout.mib(device.memory)
             offered = self.devices.layout.vgpu_memory_mib(gpu)  # above the card's when oversubscribed
             if memory > offered or device.cores > 100:
@@ -371,7 +407,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                     f"which offers {offered} MiB and 100%",
                 )
             gpus.append(gpu)
-        return Placement(pod, need, tuple(gpus))
+        return tuple(gpus)
 
     def _response(self, placement: Placement) -> pb.ContainerAllocateResponse:
         """The container's env and mounts (its cache directory is made by `_prepare`)."""
@@ -387,10 +423,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 f"missing on node {self.node_name} (install it under --hook-path)",
                 pod,
             )
-        built = self._built.pop((pod.uid, need.name), None)
-        if built is not None and built[0] is pod:
-            return built[1]
-        return self._build(pod, need, placement.gpus)
+        made = self._made_for(pod, need)
+        return self._build(pod, need, placement.gpus) if made is None else made.response
 
     def _build(
         self, pod: VgpuPod, need: ContainerNeed, gpus: Sequence[GpuInfo]
@@ -433,14 +467,18 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         return as_written(pod, notes)
 
     def _shares(self, placement: Placement) -> tuple[GpuShare, ...]:
-        assert isinstance(placement.pod, VgpuPod)
-        if placement.need.name in placement.pod.accounting:
+        pod, need = placement.pod, placement.need
+        assert isinstance(pod, VgpuPod)
+        if need.name in pod.accounting:
             return ()
-        devices = self._devices(placement.pod, placement.need)
+        made = self._made_for(pod, need)
+        return self._shares_of(pod, need, placement.gpus) if made is None else made.shares
+
+    def _shares_of(self, pod: VgpuPod, need: ContainerNeed, gpus: Sequence[GpuInfo]) -> tuple[GpuShare, ...]:
         layout = self.devices.layout
         return tuple(
             GpuShare(gpu.uuid, gpu.index, layout.mib(device.memory), device.cores)
-            for gpu, device in zip(placement.gpus, devices, strict=True)
+            for gpu, device in zip(gpus, self._devices(pod, need), strict=True)
         )
 
     def _patches(self, placement: Placement, done: Container[Key]) -> list[Patch]:
