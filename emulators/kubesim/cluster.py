@@ -28,6 +28,7 @@ from kubesim import podstatus
 from kubesim.admission import Admission
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.apiserver.meta import rfc3339
+from kubesim.ascend import AscendNodeSpec
 from kubesim.failures import SimulationError
 from kubesim.kubelet import KubeletEmulator
 from kubesim.nodes import NodeSpec
@@ -36,6 +37,7 @@ from kubesim.scheduler import Decision, SimScheduler
 from kubesim.workloads import Gang
 
 STARTUP_S = 30.0
+ASCEND = "ascend"  # the key of the extender serving the Ascend chips
 HTTP_TIMEOUT_S = 10.0
 _METRICS_PORT = re.compile(r"metrics listening.*port=(\d+)")
 
@@ -85,10 +87,17 @@ class Placement:
 
 class SimCluster:
     def __init__(
-        self, directory: Path, nodes: Sequence[NodeSpec], policy: Policy = "binpack", weight: int = 1
+        self,
+        directory: Path,
+        nodes: Sequence[NodeSpec],
+        policy: Policy = "binpack",
+        weight: int = 1,
+        ascend_nodes: Sequence[AscendNodeSpec] = (),
     ) -> None:
         self.directory = directory
         self.node_specs = tuple(nodes)
+        #: Nodes of HAMi's Ascend device plugin: only what it publishes, no daemon, no admission.
+        self.ascend_specs = {spec.name: spec for spec in ascend_nodes}
         self.policy: Policy = policy
         self.weight = weight
         self.apiserver = ApiServerEmulator()
@@ -104,11 +113,21 @@ class SimCluster:
         self.apiserver.write_kubeconfig(self.kubeconfig)
         kube = Kube(load_client(self.kubeconfig))
         for index, spec in enumerate(self.node_specs):
-            self.apiserver.create("nodes", {"metadata": {"name": spec.name, "labels": _labels(spec)}})
+            self.apiserver.create("nodes", {"metadata": {"name": spec.name, "labels": _labels(spec.name)}})
             self.nodes[spec.name] = self._start_node(spec, kube, index)
+        for npu in self.ascend_specs.values():
+            self.apiserver.create("nodes", npu.node(_labels(npu.name, gpu=False)))
+            self.apiserver.patch("nodes", npu.name, {"status": npu.status()}, subresource="status")
+        # The GPU extenders leave Ascend alone; one extender of its own serves it (as a cluster
+        # would list the Ascend resources under one extender's managedResources).
         for strategy in sorted({spec.strategy for spec in self.node_specs}):
-            config = ExtenderConfig(strategy=strategy, policy=self.policy, weight=self.weight)
+            config = ExtenderConfig(
+                strategy=strategy, policy=self.policy, weight=self.weight, ascend_hami_vnpu=False
+            )
             self.extenders[strategy] = Extender(config, kube, address="127.0.0.1:0").start()
+        if self.ascend_specs:
+            config = ExtenderConfig(policy=self.policy, weight=self.weight, ascend_hami_vnpu=True)
+            self.extenders[ASCEND] = Extender(config, kube, address="127.0.0.1:0").start()
         for node in self.nodes.values():
             self._wait_ready(node)
 
@@ -231,7 +250,8 @@ class SimCluster:
         placement.problem = decision.problem
         if decision.node:
             placement.node = decision.node
-            self._admit(placement)
+            if decision.node not in self.ascend_specs:  # HAMi's Ascend plugin is not emulated
+                self._admit(placement)
         return placement
 
     def _admit(self, placement: Placement) -> Placement:
@@ -274,15 +294,11 @@ class SimCluster:
                 time.sleep(0.02)
 
 
-def _labels(spec: NodeSpec) -> dict[str, str]:
+def _labels(name: str, gpu: bool = True) -> dict[str, str]:
     """What kubelet labels its node with, and the GPU feature discovery's presence label."""
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    return {
-        "kubernetes.io/hostname": spec.name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": arch,
-        "nvidia.com/gpu.present": "true",
-    }
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch}
+    return labels | ({"nvidia.com/gpu.present": "true"} if gpu else {})
 
 
 def _marked(notes: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deviceplugin.fit import objects
+from kubesim.ascend import ALLOCATED, COUNT, AscendNodeSpec, asks_ascend, verify_ascend
 from kubesim.cluster import Placement, SimCluster
 from kubesim.nodes import NodeSpec
 from kubesim.verify import VISIBLE, ContainerView, own_scheduler_annotations, received, verify
@@ -66,6 +67,13 @@ def inspect(cluster: SimCluster, placement: Placement) -> PodReport:
     problems += [f"{placement.namespace}/{placement.name} {text}" for text in conflicts]
     if spec is not None and placement.admission is not None and placement.admission.admitted:
         problems += verify(pod, views, spec)
+    npu_node = cluster.ascend_specs.get(placement.node)
+    if npu_node is not None:
+        problems += verify_ascend(pod, npu_node)
+    elif placement.node and asks_ascend(pod):
+        problems.append(
+            f"{placement.namespace}/{placement.name}: asks Ascend vNPUs, bound to {placement.node}"
+        )
     return PodReport(placement, pod, views, problems, {gpu.uuid: str(gpu.index) for gpu in gpus})
 
 
@@ -78,12 +86,14 @@ def document(
     gangs: Sequence[Gang],
     not_simulated: Sequence[str],
     error: str | None,
+    *,
+    ascend: Sequence[AscendNodeSpec] = (),
 ) -> dict[str, Any]:
     return {
         "ok": error is None and not any(report.problems for report in reports),
         "error": error,
         "pods": [_pod(report) for report in reports],
-        "nodes": [_node(spec) for spec in nodes],
+        "nodes": [_node(spec) for spec in nodes] + [_npu_node(spec) for spec in ascend],
         "gangs": [_gang(gang, reports) for gang in gangs],
         "not_simulated": list(not_simulated),
     }
@@ -121,6 +131,18 @@ def _node(spec: NodeSpec) -> dict[str, Any]:
         "gpus": [
             {"index": g.index, "uuid": g.uuid, "model": g.model, "memory": g.memory_mib} for g in spec.gpus
         ],
+    }
+
+
+def _npu_node(spec: AscendNodeSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "strategy": "ascend",
+        "mode": spec.mode,
+        "memory_factor": 1,
+        "gpus": [],
+        "annotations": spec.node({})["metadata"]["annotations"],
+        "allocatable": spec.status()["allocatable"],
     }
 
 
@@ -168,7 +190,24 @@ def print_nodes(cluster: SimCluster) -> None:
         [n.spec.name, n.spec.strategy, n.spec.mode or "-", n.spec.shape, str(n.ledger)]
         for n in cluster.nodes.values()
     ]
+    rows += [[s.name, "ascend", s.mode, s.shape, "-"] for s in cluster.ascend_specs.values()]
     print(table(rows))
+    for spec in cluster.ascend_specs.values():
+        for key, value in spec.node({})["metadata"]["annotations"].items():
+            print(f"{spec.name}: {key}={value}")
+        print(f"{spec.name}: allocatable {COUNT}={spec.status()['allocatable'][COUNT]}")
+
+
+def print_npu_annotations(reports: Sequence[PodReport]) -> None:
+    """The annotations the extender bound each Ascend pod with (HAMi's plugin serves them)."""
+    for report in reports:
+        notes = objects.annotations_of(report.pod)
+        if ALLOCATED not in notes:
+            continue
+        print(f"{report.key} bound to {report.placement.node} with:")
+        for key in sorted(notes):
+            if key.startswith(("hami.io/", "huawei.com/")) or key == "predicate-time":
+                print(f"  {key}: {notes[key]}")
 
 
 def print_gangs(gangs: Sequence[Gang], reports: Sequence[PodReport]) -> None:

@@ -79,6 +79,14 @@ def _asked(pod: Obj) -> set[str]:
     }
 
 
+def _managed(extender: Extender) -> set[str]:
+    """The resources the extender is configured for (`managedResources`): the Ascend chips' for an
+    extender serving them, else its GPU strategy's."""
+    if extender.inventory.ascend:
+        return {name for family in extender.inventory.ascend for name in family.resources}
+    return {resource.name for resource in RESOURCES[extender.config.strategy]}
+
+
 def _shown(asked: Mapping[str, Fraction]) -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(asked.items())) or "no extended resource"
 
@@ -101,10 +109,15 @@ class SimScheduler:
     def _interested(self, pod: Obj) -> list[Extender]:
         asked = _asked(pod)
         return [
-            self.extenders[strategy]
-            for strategy in sorted(self.extenders)
-            if asked & {resource.name for resource in RESOURCES[self.extenders[strategy].config.strategy]}
+            self.extenders[key] for key in sorted(self.extenders) if asked & _managed(self.extenders[key])
         ]
+
+    def _ignored(self) -> set[str]:
+        """The managed resources kube-scheduler is told to ignore (`ignoredByScheduler: true`):
+        the Ascend chips' -memory and -core, which no node advertises."""
+        return {
+            name for e in self.extenders.values() for f in e.inventory.ascend for name in f.ignored_resources
+        }
 
     def _decide(self, pod: Obj, reserved: Mapping[str, Sequence[Obj]]) -> Decision:
         """Filter and score, binding nothing; `reserved` are pods a gang trial has placed so far."""
@@ -119,7 +132,8 @@ class SimScheduler:
                 decision.problem = f"spec.nodeName names node {preset}, which the cluster does not have"
             return decision
         pods_on = self._pods_by_node(reserved)
-        asked = kubefilters.pod_requests(pod)
+        ignored = self._ignored()
+        asked = {name: value for name, value in kubefilters.pod_requests(pod).items() if name not in ignored}
         candidates = []
         for name, node in sorted(nodes.items()):
             if not kubefilters.affinity_fits(pod, node):

@@ -23,6 +23,7 @@ from typing import Any
 
 from deviceplugin.fit import keys
 from kubesim import report
+from kubesim.ascend import CORE, COUNT, MEMORY, VNPU_MODE, AscendNodeSpec
 from kubesim.cluster import SimCluster
 from kubesim.failures import SimulationError
 from kubesim.nodes import DEFAULT_NODES, NodeSpec, NodeSpecError, parse_node_options
@@ -44,6 +45,14 @@ def _pod(name: str, limits: dict[str, str], namespace: str = "demo") -> dict[str
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda", "resources": {"limits": limits}}]},
     }
+
+
+def _npu_pod(name: str, limits: dict[str, str], hami_core: bool = False) -> dict[str, Any]:
+    pod = _pod(name, limits)
+    if hami_core:
+        pod["metadata"]["annotations"] = {VNPU_MODE: "hami-core"}
+    pod["spec"]["containers"][0] |= {"name": "npu", "image": "ascend-toolkit"}
+    return pod
 
 
 def _one_gpu(reports: Sequence[PodReport]) -> None:
@@ -77,7 +86,19 @@ DEMO = (
             ),
         )
     ),
+    Play(
+        Scenario(
+            "Ascend 310P vNPUs: a template pod (4096 MiB -> vir02) and a hami-core pod (8192 MiB, 50% of "
+            "the AI cores), bound through the extender with HAMi's annotations",
+            (
+                _npu_pod("npu-template", {COUNT: "1", MEMORY: "4096"}),
+                _npu_pod("npu-hami-core", {COUNT: "1", MEMORY: "8192", CORE: "50"}, hami_core=True),
+            ),
+        )
+    ),
 )
+#: The demo's Ascend node (HAMi's Ascend device plugin publishes it; no daemon of this project runs).
+DEMO_ASCEND = (AscendNodeSpec("npu-ascend-1"),)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -109,6 +130,7 @@ def play(cluster: SimCluster, plays: Sequence[Play], text: bool) -> list[PodRepo
         if text:
             print(f"\n== {scenario.title}")
             report.print_pods(played)
+            report.print_npu_annotations(played)
             report.print_gangs(scenario.gangs, played)
             for line in scenario.not_simulated:
                 print(f"  not simulated: {line}")
@@ -182,11 +204,15 @@ def _simulate(
     text = args.output == "text"
     say: Callable[[str], None] = print if text else lambda line: print(line, file=sys.stderr)
     first = plays[0].scenario
-    cluster = SimCluster(directory, nodes, policy=first.policy or "binpack", weight=first.weight or 1)
+    ascend = DEMO_ASCEND if plays is DEMO else ()
+    cluster = SimCluster(
+        directory, nodes, policy=first.policy or "binpack", weight=first.weight or 1, ascend_nodes=ascend
+    )
     reports: list[PodReport] = []
     error = None
     try:
-        say(f"starting: API server, {len(nodes)} GPU nodes, extenders (files in {directory})")
+        npus = f", {len(ascend)} Ascend node" if ascend else ""
+        say(f"starting: API server, {len(nodes)} GPU nodes{npus}, extenders (files in {directory})")
         try:
             cluster.start()
             if text:
@@ -197,7 +223,9 @@ def _simulate(
                 print_metrics(cluster)
         except SimulationError as err:
             error = str(err)
-        ok = _outcome(plays, nodes, reports, error=error, took=time.monotonic() - started, text=text)
+        ok = _outcome(
+            plays, nodes, reports, error=error, took=time.monotonic() - started, text=text, ascend=ascend
+        )
         if args.keep_running and error is None:
             _keep_running(cluster, say)
         return 0 if ok else 1
@@ -213,11 +241,12 @@ def _outcome(
     error: str | None,
     took: float,
     text: bool,
+    ascend: Sequence[AscendNodeSpec] = (),
 ) -> bool:
     """Print the summary line, or the JSON document; whether everything behaved."""
     gangs = [gang for p in plays for gang in p.scenario.gangs]
     notes = [line for p in plays for line in p.scenario.not_simulated]
-    outcome = report.document(reports, nodes, gangs, notes, error)
+    outcome = report.document(reports, nodes, gangs, notes, error, ascend=ascend)
     if not text:
         print(json.dumps(outcome, indent=2))
     elif error is not None:
