@@ -158,9 +158,7 @@ def deployment_pod(name: str, gpu: int, *, assigned: bool) -> dict[str, Any]:
                     ],
                 }
             ],
-            "volumes": [
-                api_access_volume("kube-api-access-x7k2p")
-            ],
+            "volumes": [api_access_volume("kube-api-access-x7k2p")],
             "tolerations": [
                 {
                     "key": f"node.kubernetes.io/{taint}",

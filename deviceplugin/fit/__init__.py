@@ -77,7 +77,16 @@ if TYPE_CHECKING:  # at run time each name is imported on first use (`__getattr_
 
 # Where the names of `__all__` live; a reader of one submodule (`fit.keys`) imports only that.
 _SOURCES = (
-    "bind", "codec", "errors", "filters", "gpushare", "model", "quantity", "strategy", "usage", "vgpu"
+    "bind",
+    "codec",
+    "errors",
+    "filters",
+    "gpushare",
+    "model",
+    "quantity",
+    "strategy",
+    "usage",
+    "vgpu",
 )
 
 __all__ = [

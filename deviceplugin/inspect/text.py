@@ -107,7 +107,7 @@ def _gpu_label(gpu: GpuReport) -> str:
 
 
 def _detail_lines(node: NodeReport) -> list[str]:
-    kinds = [node.strategy] if node.gpus or node.strategy != "none" or not node.npus else []
+    kinds: list[str] = [node.strategy] if node.gpus or node.strategy != "none" or not node.npus else []
     kinds += ["ascend"] if node.npus else []
     lines = ["", f"{node.name} ({', '.join(kinds)}):"]
     if node.gpus or not node.npus:

@@ -171,8 +171,10 @@ def test_the_product_wheel_holds_no_emulator(tmp_path: Path) -> None:
 
 def test_the_image_installs_nothing_only_the_emulators_need() -> None:
     product = {canonicalize_name(r.name) for r in project_dependencies()}
-    emulators_only = {
-        canonicalize_name(r.name) for r in project_dependencies(ROOT / "emulators" / "pyproject.toml")
-    } - product - {"deviceplugin"}
+    emulators_only = (
+        {canonicalize_name(r.name) for r in project_dependencies(ROOT / "emulators" / "pyproject.toml")}
+        - product
+        - {"deviceplugin"}
+    )
     assert {"jsonpatch", "jsonpointer"} <= emulators_only
     assert sorted(emulators_only & set(pins())) == []

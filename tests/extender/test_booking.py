@@ -104,6 +104,5 @@ def test_a_vgpu_pod_with_two_containers_on_one_card_is_booked_once_by_volcano(
         assert client.filter(vgpu_probe(free + 1), ["n1"])["NodeNames"] == []
 
 
-
 def vgpu_probe(memory: int) -> dict[str, object]:
     return gpu_pod("probe", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": str(memory)})

@@ -94,7 +94,6 @@ def test_a_node_with_a_huge_registration_costs_only_itself(
     assert running.client.request("GET", "/readyz").status == 200
 
 
-
 def test_an_unbookable_pod_is_reported_once_by_name_with_the_reason(
     apiserver: ApiServerEmulator, start_extender: StartExtender, caplog: pytest.LogCaptureFixture
 ) -> None:

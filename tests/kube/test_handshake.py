@@ -22,7 +22,6 @@ NODE_PATH = "/api/v1/nodes/node-a"
 NOW = datetime.datetime(2026, 3, 1, 8, 30, 5)
 
 
-
 @pytest.mark.parametrize(
     ("value", "kind"),
     [

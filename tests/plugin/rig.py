@@ -144,5 +144,3 @@ def fails(rig: Rig, device_ids: list[str], code: grpc.StatusCode, *fragments: st
     for fragment in fragments:
         assert fragment in str(caught.value)
     return caught.value
-
-
