@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from deviceplugin.configfile import read_mapping
+from deviceplugin.fit import keys
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.model import MigGeometry
 from deviceplugin.gpu.exclude import GpuExclusion, parse_exclusion
 from deviceplugin.options import (
     Layer,
@@ -36,7 +39,7 @@ from deviceplugin.options import (
 )
 from deviceplugin.upstream.devices import is_devices_config, read_devices_config
 from deviceplugin.upstream.fields import Reading, UpstreamError
-from deviceplugin.upstream.hami import read_device_config, read_node_config
+from deviceplugin.upstream.hami import mig_geometries, read_device_config, read_node_config
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -82,6 +85,8 @@ class DaemonConfig:
     vgpu_memory_scaling: float = 1.0
     vgpu_core_scaling: float = 1.0
     vgpu_disable_core_limit: bool = False
+    vgpu_mode: Literal["hami-core", "mig"] = "hami-core"
+    vgpu_mig_geometries: tuple[MigGeometry, ...] | None = None  # None: the built-in default
     exclude_gpus: GpuExclusion | None = None
     vgpu_device_config: Path | None = None
     vgpu_node_config: Path | None = None
@@ -145,6 +150,31 @@ def _core_scaling(value: object) -> float:
     if scaling * 100 < 1:
         raise ValueError("must be 0.01 or more: each GPU offers 100 x it vgpu-cores")
     return scaling
+
+
+def _vgpu_mode(value: object) -> str:
+    mode = text(value)
+    if mode == keys.MODE_MPS:
+        raise ValueError(f"{mode} is not supported yet (hami-core or mig)")
+    if mode not in (keys.MODE_HAMI_CORE, keys.MODE_MIG):
+        raise ValueError("must be one of hami-core, mig")
+    return mode
+
+
+def _mig_geometries(value: object) -> tuple[MigGeometry, ...]:
+    """A `knownMigGeometries` list (from a config file), or the path of a YAML file holding one
+    under that key (from a flag or the environment)."""
+    if not isinstance(value, str):
+        return mig_geometries(value)
+    path = pathname(value)
+    try:
+        loaded = read_mapping(path)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if set(loaded) != {"knownMigGeometries"}:
+        held = ", ".join(sorted(loaded)) or "nothing"
+        raise ValueError(f"{path}: must hold knownMigGeometries only, not {held}")
+    return mig_geometries(loaded["knownMigGeometries"], f"{path} knownMigGeometries")
 
 
 def _socket_path(value: object) -> Path:
@@ -255,6 +285,18 @@ OPTIONS: tuple[Option, ...] = (
         boolean,
         "true: HAMi-core does not hold containers to their vgpu-cores (vgpu)",
     ),
+    Option(
+        "vgpu-mode",
+        "VGPU_MODE",
+        _vgpu_mode,
+        "hami-core | mig: share each GPU with HAMi-core, or give each container a MIG device (vgpu)",
+    ),
+    Option(
+        "vgpu-mig-geometries",
+        "VGPU_MIG_GEOMETRIES",
+        _mig_geometries,
+        "YAML file with knownMigGeometries: the MIG groups of each model (vgpu mig; default built in)",
+    ),
     Option("exclude-gpus", "EXCLUDE_GPUS", parse_exclusion, "GPU UUIDs or indices this node does not offer"),
     Option("vgpu-device-config", "VGPU_DEVICE_CONFIG", pathname, "the HAMi vGPU plugin's device-config.yaml"),
     Option("vgpu-node-config", "VGPU_NODE_CONFIG", pathname, "the HAMi vGPU plugin's per-node config.json"),
@@ -272,7 +314,15 @@ CONFIG_OPTION = Option(
 FIRST = ("node-name", "gpu-strategy", "vgpu-device-config", "vgpu-node-config")
 # Options only one strategy reads: given to a node running another, they are a mistake.
 STRATEGY_ONLY: Mapping[str, Strategy] = dict.fromkeys(
-    ("vgpu-memory-scaling", "vgpu-core-scaling", "vgpu-disable-core-limit", *FIRST[2:]), "vgpu"
+    (
+        "vgpu-memory-scaling",
+        "vgpu-core-scaling",
+        "vgpu-disable-core-limit",
+        "vgpu-mode",
+        "vgpu-mig-geometries",
+        *FIRST[2:],
+    ),
+    "vgpu",
 )
 
 
@@ -367,5 +417,10 @@ def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Daem
             settle(option, (hami, own))
     if "fake_gpu_events" in values and "fake_gpus" not in values:
         raise OptionError("--fake-gpu-events needs --fake-gpus")
+    if values.get("vgpu_mode") == keys.MODE_MIG and values.get("vgpu_memory_scaling", 1.0) != 1.0:
+        raise OptionError(
+            "--vgpu-memory-scaling: must be 1 with --vgpu-mode mig: a MIG device's memory is the "
+            "hardware's, with nothing to oversubscribe it"
+        )
     values["notes"] = tuple(notes)
     return DaemonConfig(**values)  # type: ignore[arg-type]  # each value was parsed for its field

@@ -139,3 +139,63 @@ def test_empty_config_file_is_fine(tmp_path: Path) -> None:
     file = tmp_path / "c.yaml"
     file.write_text("")
     assert load_config(flags(node_name="n", config=str(file)), {}).node_name == "n"
+
+
+def test_vgpu_mode_from_flag_env_and_file(tmp_path: Path) -> None:
+    assert load_config(flags(node_name="n", gpu_strategy="vgpu"), {}).vgpu_mode == "hami-core"
+    env = {"VGPU_MODE": "mig"}
+    assert load_config(flags(node_name="n", gpu_strategy="vgpu"), env).vgpu_mode == "mig"
+    assert load_config(flags(node_name="n", gpu_strategy="vgpu", vgpu_mode="hami-core"), env).vgpu_mode == (
+        "hami-core"
+    )
+    file = tmp_path / "own.yaml"
+    file.write_text(
+        "vgpu-mode: mig\nvgpu-mig-geometries:\n- models: [H100]\n  allowedGeometries:\n"
+        "  - group: halves\n    geometries: [{name: 3g.40gb, memory: 40448, count: 2}]\n"
+    )
+    config = load_config(flags(node_name="n", gpu_strategy="vgpu", config=str(file)), {})
+    assert config.vgpu_mode == "mig"
+    assert config.vgpu_mig_geometries is not None
+    (geometry,) = config.vgpu_mig_geometries
+    assert (geometry.models, geometry.groups[0].name, geometry.groups[0].instances[0].count) == (
+        ("H100",),
+        "halves",
+        2,
+    )
+
+
+def test_mig_geometries_from_a_file_named_by_flag(tmp_path: Path) -> None:
+    file = tmp_path / "geometries.yaml"
+    file.write_text("knownMigGeometries:\n- models: [A30]\n  allowedGeometries: []\n")
+    given = flags(node_name="n", gpu_strategy="vgpu", vgpu_mode="mig", vgpu_mig_geometries=str(file))
+    config = load_config(given, {})
+    assert config.vgpu_mig_geometries is not None and config.vgpu_mig_geometries[0].models == ("A30",)
+    file.write_text("knownMigGeometries:\n- models: A30\n")
+    with pytest.raises(
+        OptionError, match=r"--vgpu-mig-geometries: .*knownMigGeometries\[0\].models: must be a list"
+    ):
+        load_config(given, {})
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"vgpu_mode": "mps"},
+            r"--vgpu-mode: invalid value 'mps': mps is not supported yet \(hami-core or mig\)",
+        ),
+        ({"vgpu_mode": "turbo"}, r"--vgpu-mode: invalid value 'turbo': must be one of hami-core, mig"),
+        (
+            {"vgpu_mode": "mig", "vgpu_memory_scaling": "2"},
+            r"--vgpu-memory-scaling: must be 1 with --vgpu-mode mig",
+        ),
+    ],
+)
+def test_bad_vgpu_modes_are_refused(given: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        load_config(flags(node_name="n", gpu_strategy="vgpu", **given), {})
+
+
+def test_vgpu_mode_is_for_vgpu_nodes_only() -> None:
+    with pytest.raises(OptionError, match=r"--vgpu-mode: for --gpu-strategy vgpu only"):
+        load_config(flags(node_name="n", gpu_strategy="share", vgpu_mode="mig"), {})

@@ -149,6 +149,29 @@ def test_another_nodes_mig_entry_is_not_this_nodes_business(tmp_path: Path) -> N
     assert vgpu_config(tmp_path).vgpu_split_count == 6
 
 
+def test_a_mig_entry_runs_the_node_in_mig_with_the_device_configs_geometries(tmp_path: Path) -> None:
+    node = node_config()
+    node["nodeconfig"][0].update(operatingmode="mig", devicememoryscaling=0)
+    config = vgpu_config(tmp_path, node=node)
+    assert config.vgpu_mode == "mig"
+    geometries = config.vgpu_mig_geometries
+    assert geometries is not None
+    assert [g.models for g in geometries] == [("A30",), ("A100-SXM4-40GB", "A100-PCIE-40GB")]
+    a100 = geometries[1]
+    assert [(g.name, [(i.name, i.memory, i.count) for i in g.instances]) for g in a100.groups] == [
+        ("group1", [("1g.5gb", 5120, 7)]),
+        ("group2", [("2g.10gb", 10240, 3), ("1g.5gb", 5120, 1)]),
+    ]
+    assert vgpu_config(tmp_path).vgpu_mode == "hami-core"  # as shipped: node-1's entry says so
+
+
+def test_a_mig_node_refuses_memory_scaling(tmp_path: Path) -> None:
+    node = node_config()
+    node["nodeconfig"][0].update(operatingmode="mig")  # devicememoryscaling 2 as shipped
+    with pytest.raises(OptionError, match=r"--vgpu-memory-scaling: must be 1 with --vgpu-mode mig"):
+        vgpu_config(tmp_path, node=node)
+
+
 def test_a_device_config_that_also_holds_ascend_vnpus(tmp_path: Path) -> None:
     device = device_config() | {"vnpus": [{"chipName": "910B3"}]}
     config = vgpu_config(tmp_path, device=device)
@@ -259,10 +282,9 @@ def test_a_malformed_device_config_file_is_named(tmp_path: Path, content: str, m
     ("change", "message"),
     [
         (
-            {"operatingmode": "mig"},
-            r"nodeconfig\[0\].operatingmode: 'mig' is not supported yet: .* hami-core only",
+            {"operatingmode": "mps"},
+            r"nodeconfig\[0\].operatingmode: 'mps' is not supported yet: this plugin runs hami-core or mig",
         ),
-        ({"operatingmode": "mps"}, r"nodeconfig\[0\].operatingmode: 'mps' is not supported yet"),
         (
             {"operatingmode": "turbo"},
             r"nodeconfig\[0\].operatingmode: 'turbo' must be one of hami-core, mig, mps",

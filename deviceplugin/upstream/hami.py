@@ -8,8 +8,9 @@ they are mounted as:
   or empty value means "not set" as it does there.
 
 Every field becomes a daemon option, is accepted with a note saying why a node plugin has nothing
-to do for it, or is refused with its name. MIG and MPS (`operatingmode`, `migstrategy`) are not
-run by this plugin yet and are refused on the node that asks for them.
+to do for it, or is refused with its name. `operatingmode` `mig` (dynamic MIG, docs/mig.md) and
+`knownMigGeometries` become `--vgpu-mode` and `--vgpu-mig-geometries`; MPS and NVIDIA's static MIG
+resources (`migstrategy`) are not run by this plugin yet and are refused on the node that asks.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from deviceplugin.configfile import read_mapping
 from deviceplugin.fit import keys
+from deviceplugin.fit.model import MigGeometry, MigGroup, MigInstance
 from deviceplugin.upstream.fields import (
     Reading,
     Setting,
@@ -109,26 +111,37 @@ def _positive(value: object, where: str) -> float:
     return scaling
 
 
-def _geometries(value: object, where: str) -> int:
-    """Check `knownMigGeometries`' shape (models, allowedGeometries: group, geometries: name,
-    memory, count); the number of model entries."""
-    entries = items(value, where)
-    for i, entry in enumerate(entries):
+def _group(value: object, where: str) -> MigGroup:
+    shape = fields(value, where, ("group", "geometries"), fold_case=False)
+    instances = []
+    for k, instance in enumerate(items(shape.get("geometries"), f"{where}.geometries")):
+        at = field_path(f"{where}.geometries", k)
+        sizes = fields(instance, at, ("name", "memory", "count"), fold_case=False)
+        instances.append(
+            MigInstance(
+                text(sizes.get("name"), f"{at}.name"),
+                whole(sizes.get("memory"), f"{at}.memory", minimum=1),
+                whole(sizes.get("count"), f"{at}.count", minimum=1),
+            )
+        )
+    return MigGroup(text(shape.get("group"), f"{where}.group"), tuple(instances))
+
+
+def mig_geometries(value: object, where: str = "knownMigGeometries") -> tuple[MigGeometry, ...]:
+    """`knownMigGeometries` (models, allowedGeometries: group, geometries: name, memory, count)
+    as the fit library's geometries; UpstreamError names the first field out of shape."""
+    geometries = []
+    for i, entry in enumerate(items(value, where)):
         at = field_path(where, i)
         known = fields(entry, at, ("models", "allowedGeometries"), fold_case=False)
-        for j, model in enumerate(items(known.get("models"), f"{at}.models")):
-            text(model, field_path(f"{at}.models", j))
-        for j, group in enumerate(items(known.get("allowedGeometries"), f"{at}.allowedGeometries")):
-            group_at = field_path(f"{at}.allowedGeometries", j)
-            shape = fields(group, group_at, ("group", "geometries"), fold_case=False)
-            text(shape.get("group"), f"{group_at}.group")
-            for k, instance in enumerate(items(shape.get("geometries"), f"{group_at}.geometries")):
-                instance_at = field_path(f"{group_at}.geometries", k)
-                sizes = fields(instance, instance_at, ("name", "memory", "count"), fold_case=False)
-                text(sizes.get("name"), f"{instance_at}.name")
-                whole(sizes.get("memory"), f"{instance_at}.memory", minimum=1)
-                whole(sizes.get("count"), f"{instance_at}.count", minimum=1)
-    return len(entries)
+        names = items(known.get("models"), f"{at}.models")
+        models = tuple(text(model, field_path(f"{at}.models", j)) for j, model in enumerate(names))
+        groups = tuple(
+            _group(group, field_path(f"{at}.allowedGeometries", j))
+            for j, group in enumerate(items(known.get("allowedGeometries"), f"{at}.allowedGeometries"))
+        )
+        geometries.append(MigGeometry(models, groups))
+    return tuple(geometries)
 
 
 def read_device_config(path: Path) -> Reading:
@@ -165,11 +178,9 @@ def read_device_config(path: Path) -> Reading:
             text(value, where)
             notes.append(f"{where}: read by Volcano's scheduler (a pod's memory-percentage request)")
         else:
-            models = _geometries(value, where)
-            notes.append(
-                f"{where}: {models} model(s) checked; used by Volcano's scheduler and MIG mode, which "
-                "this node does not run (hami-core only)"
-            )
+            models = len(mig_geometries(value, where))
+            settings["vgpu-mig-geometries"] = (value, where)
+            notes.append(f"{where}: {models} model(s) checked; read by Volcano's scheduler and a mig node")
     inert_given = sorted(name for name in nvidia if name in INERT)
     if inert_given:
         notes.append(f"nvidia.{', '.join(inert_given)}: at the values that ask nothing of a node plugin")
@@ -263,14 +274,17 @@ def read_node_config(path: Path, node_name: str) -> Reading:
             {}, (f"no nodeconfig entry names node {node_name}: device-config.yaml and the defaults apply",)
         )
     (entry,) = mine
-    if entry.mode not in ("", keys.MODE_HAMI_CORE):
+    if entry.mode == keys.MODE_MPS:
         raise UpstreamError(
             f"{entry.where}.operatingmode: {entry.mode!r} is not supported yet: this plugin runs "
-            f"{keys.MODE_HAMI_CORE} only"
+            f"{keys.MODE_HAMI_CORE} or {keys.MODE_MIG}"
         )
+    settings = dict(entry.settings)
+    if entry.mode:
+        settings["vgpu-mode"] = (entry.mode, f"{entry.where}.operatingmode")
     if entry.mig_strategy not in ("", "none"):
         raise UpstreamError(
             f"{entry.where}.migstrategy: {entry.mig_strategy!r} is not supported yet: this plugin does not "
-            "expose MIG devices (none only)"
+            "expose NVIDIA's static MIG resources (none only; operatingmode mig partitions cards per pod)"
         )
-    return Reading(entry.settings, (f"{entry.where} applies to node {node_name}",))
+    return Reading(settings, (f"{entry.where} applies to node {node_name}",))
