@@ -12,10 +12,12 @@ import grpc
 
 from deviceplugin import logs
 from deviceplugin.config import DaemonConfig
+from deviceplugin.fit import keys
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.gpu.load import load_backend
+from deviceplugin.gpu.mig import builtin_geometries
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.cachemetrics import rejected_by_kind
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -45,6 +47,7 @@ from deviceplugin.plugin.snapshot import (
     LedgerCounts,
     PodOnGpu,
 )
+from deviceplugin.plugin.vgpumig import MigCards
 from deviceplugin.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -95,6 +98,25 @@ def _offered(exclusion: GpuExclusion | None, gpus: tuple[GpuInfo, ...]) -> tuple
     return tuple(gpu for gpu in gpus if not exclusion.excludes(gpu))
 
 
+def _mig_cards(config: DaemonConfig, backend: GpuBackend, gpus: tuple[GpuInfo, ...]) -> MigCards | None:
+    """A mig vGPU node's cards, each checked: one that cannot run MIG here stops the start (the
+    backend closed), since Volcano takes the node's mode from its last card and would give MIG
+    slots or HAMi-core shares to the wrong cards of a mixed node."""
+    if config.gpu_strategy != "vgpu" or config.vgpu_mode != keys.MODE_MIG:
+        return None
+    geometries = config.vgpu_mig_geometries
+    cards = MigCards(backend, gpus, builtin_geometries() if geometries is None else geometries)
+    if cards.problems:
+        backend.close()
+        raise StartupError(
+            "--vgpu-mode mig: every GPU of the node must run MIG; "
+            + "; ".join(cards.problems)
+            + " (exclude such a GPU with --exclude-gpus, or run the node in hami-core)",
+            EXIT_CONFIG,
+        )
+    return cards
+
+
 @dataclass
 class GpuSide:
     """The backend, the enumerated GPUs and their health: kept across plugin reloads."""
@@ -103,6 +125,7 @@ class GpuSide:
     gpus: tuple[GpuInfo, ...]
     health: HealthState
     monitor: HealthMonitor
+    mig: MigCards | None = None  # a mig vGPU node's cards
 
     @classmethod
     def start(cls, config: DaemonConfig, env: Mapping[str, str], supervisor: Supervisor) -> GpuSide:
@@ -133,12 +156,13 @@ class GpuSide:
             raise StartupError(
                 f"--exclude-gpus {config.exclude_gpus}: excludes every GPU of this node", EXIT_CONFIG
             )
+        mig = _mig_cards(config, backend, gpus)
         health = HealthState(tuple(gpu.uuid for gpu in gpus))
         monitor = HealthMonitor(
             backend, health, XidPolicy.from_env(env), config.health_recovery_period, supervisor=supervisor
         )
         monitor.start()
-        return cls(backend, gpus, health, monitor)
+        return cls(backend, gpus, health, monitor, mig)
 
     def stop(self) -> None:
         self.monitor.stop()
@@ -282,7 +306,13 @@ def _allocator(
         }
         api = PodApi(kube.pods, kube.events, options)
     parts = AllocatorParts(
-        gpu.health, services.ledger, services.stats, services.hook, config.vgpu_disable_core_limit, api
+        gpu.health,
+        services.ledger,
+        services.stats,
+        services.hook,
+        config.vgpu_disable_core_limit,
+        api,
+        gpu.mig,
     )
     allocator = family.allocator(devices, parts)
     if isinstance(allocator, PodAllocator) and services.releaser is not None:
@@ -350,7 +380,8 @@ class Services:
             raise StartupError(
                 f"--device-plugin-dir {config.device_plugin_dir}: {err.strerror}", EXIT_CONFIG
             ) from None
-        family = node_family_of(config.gpu_strategy)  # chosen once per start (a reload starts anew)
+        # chosen once per start (a reload starts anew)
+        family = node_family_of(config.gpu_strategy, config.vgpu_mode)
         if family.uses_hook:
             try:
                 self.hook.prepare()
@@ -439,7 +470,14 @@ def configure_logging(config: DaemonConfig) -> None:
 
 
 def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
-    return (config.fake_gpus, config.fake_gpu_events, config.health_recovery_period, config.exclude_gpus)
+    mig = config.gpu_strategy == "vgpu" and config.vgpu_mode == keys.MODE_MIG
+    return (
+        config.fake_gpus,
+        config.fake_gpu_events,
+        config.health_recovery_period,
+        config.exclude_gpus,
+        (config.vgpu_mig_geometries,) if mig else None,  # the MIG cards are checked at GpuSide.start
+    )
 
 
 class Daemon:

@@ -16,6 +16,7 @@ from deviceplugin.plugin.family import AllocatorParts, NodeFamily
 from deviceplugin.plugin.gpushare import GpushareAllocator
 from deviceplugin.plugin.nodestate import node_state, unhealthy_ids, vgpu_register
 from deviceplugin.plugin.vgpu import VgpuAllocator
+from deviceplugin.plugin.vgpumig import MigCards
 
 
 class NumberNode:
@@ -54,18 +55,25 @@ class ShareNode(NumberNode):
 
 class VgpuNode:
     """HAMi's vGPU resources: count and memory matched to the pod's `devices-to-allocate`, cores
-    accounted only; every GPU described in `volcano.sh/node-vgpu-register`."""
+    accounted only; every GPU described in `volcano.sh/node-vgpu-register` with the node's
+    operating mode (`hami-core`, or `mig`: containers get MIG devices, docs/mig.md)."""
 
     strategy: Strategy = "vgpu"
-    uses_hook = True
     answers_handshake = True
+
+    def __init__(self, mode: str = keys.MODE_HAMI_CORE) -> None:
+        self.mode = mode
+
+    @property
+    def uses_hook(self) -> bool:
+        return self.mode == keys.MODE_HAMI_CORE  # a MIG container gets no HAMi-core
 
     @property
     def resources(self) -> tuple[Resource, ...]:
         return RESOURCES[self.strategy]
 
     def node_state(self, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> NodeState:
-        notes = {keys.NODE_VGPU_REGISTER: vgpu_register(gpus, health, layout)}
+        notes = {keys.NODE_VGPU_REGISTER: vgpu_register(gpus, health, layout, self.mode)}
         return node_state(self.strategy, self.resources, layout, notes)
 
     def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
@@ -82,8 +90,16 @@ class VgpuNode:
             api.events,
             hook_path=parts.hook,
             disable_core_limit=parts.disable_core_limit,
+            mig=self._mig(parts),
             **api.options,
         )
+
+    def _mig(self, parts: AllocatorParts) -> MigCards | None:
+        if self.mode != keys.MODE_MIG:
+            return None
+        if parts.mig is None:
+            raise ValueError("a mig vGPU node's allocator needs its MIG cards (AllocatorParts.mig)")
+        return parts.mig
 
 
 NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {
@@ -91,6 +107,10 @@ NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {
 }
 
 
-def node_family_of(strategy: str) -> NodeFamily:
-    """The family of `strategy`; ConfigError naming the strategies for any other string."""
-    return NODE_FAMILIES[family_of(strategy).strategy]
+def node_family_of(strategy: str, vgpu_mode: str = keys.MODE_HAMI_CORE) -> NodeFamily:
+    """The family of `strategy` (a vGPU node in `vgpu_mode`); ConfigError naming the strategies
+    for any other string."""
+    family = NODE_FAMILIES[family_of(strategy).strategy]
+    if family.strategy == "vgpu" and vgpu_mode != keys.MODE_HAMI_CORE:
+        return VgpuNode(vgpu_mode)
+    return family

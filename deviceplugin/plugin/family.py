@@ -23,6 +23,7 @@ from deviceplugin.ledger import Ledger
 from deviceplugin.plugin.allocate import AllocationStats, Allocator
 from deviceplugin.plugin.devices import DeviceList, Layout, Resource
 from deviceplugin.plugin.hook import HookPath
+from deviceplugin.plugin.vgpumig import MigCards
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class AllocatorParts:
     hook: HookPath
     disable_core_limit: bool
     api: PodApi | None  # None: no Kubernetes API, so no pod can be identified
+    mig: MigCards | None = None  # a mig vGPU node's cards, over the GPU backend
 
 
 class NodeFamily(Protocol):

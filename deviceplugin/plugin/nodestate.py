@@ -38,9 +38,13 @@ def unhealthy_ids(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool]) -> str 
     return ",".join(str(gpu.index) for gpu in gpus if not health.get(gpu.uuid, False)) or None
 
 
-def vgpu_register(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> str:
-    """`UUID,split count,memory units,NVIDIA-<model>,health,hami-core:` per GPU, by index (SPEC §5).
-    Memory is what the GPU offers (scaled, as HAMi registers it), so Volcano books up to that."""
+def vgpu_register(
+    gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout, mode: str = keys.MODE_HAMI_CORE
+) -> str:
+    """`UUID,split count,memory units,NVIDIA-<model>,health,<mode>:` per GPU, by index (SPEC §5).
+    Memory is what the GPU offers (scaled, as HAMi registers it), so Volcano books up to that.
+    Every card carries the node's mode, as the HAMi plugin writes it: Volcano takes the last
+    card's for the whole node."""
     return encode_node_register(
         GpuState(
             index=gpu.index,
@@ -49,7 +53,7 @@ def vgpu_register(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout:
             memory=layout.vgpu_memory_units(gpu),
             split_count=layout.split_count,
             health=health.get(gpu.uuid, False),
-            mode=keys.MODE_HAMI_CORE,
+            mode=mode,
         )
         for gpu in gpus
     )

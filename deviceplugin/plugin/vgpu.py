@@ -13,6 +13,10 @@ an Event, when it cannot be served). The `vgpu-memory` Allocate of a container t
 `vgpu-number` only accounts capacity: an empty response, recorded so the pod's next container is
 matched. `vgpu-cores` always only accounts (`allocate.AccountingAllocator`).
 
+On a `mig` node (docs/mig.md) each device of a slot is a MIG slot `GPU-<uuid>[<group>-<pos>]`:
+the container gets that slot's MIG device (`plugin.vgpumig`, the card partitioned into the group
+first when it holds no pod) as `NVIDIA_VISIBLE_DEVICES=MIG-<uuid>`, and nothing of HAMi-core.
+
 Unlike the upstream plugin, the container is matched by name (not by slot position among all
 containers), a pod with two vGPU containers works, a memory-only container gets its GPU, and a
 finished or terminating pod is never a candidate.
@@ -30,8 +34,8 @@ import grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys, objects
 from deviceplugin.fit.bounds import shown
-from deviceplugin.fit.codec import decode_pod_devices, encode_pod_devices
-from deviceplugin.fit.errors import FitInputError
+from deviceplugin.fit.codec import decode_mig_id, decode_pod_devices, encode_pod_devices, physical_uuid
+from deviceplugin.fit.errors import FitInputError, PodDevicesError
 from deviceplugin.fit.model import Assigned
 from deviceplugin.fit.vgpu_slots import SlotOwner, vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
@@ -53,11 +57,11 @@ from deviceplugin.plugin.pending import (
     pod_identity,
     serving_rank,
 )
+from deviceplugin.plugin.vgpumig import MigCards, MigRefusal
 
 DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
 OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"  # HAMi-core backs memory beyond the card with host memory
 CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"  # "disable": HAMi-core does not throttle to SM_LIMIT
-NODE_MODE = keys.MODE_HAMI_CORE  # the only sharing mode this plugin runs (MIG and MPS: not yet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +120,28 @@ def _slots(notes: Mapping[str, str], errors: list[str]) -> tuple[tuple[Assigned,
         return None
 
 
-def _read_notes(notes: Mapping[str, str]) -> _Notes:
+def _mig_slot_problem(device: Assigned, mode: str) -> str | None:
+    """A device of the wrong kind for the node's mode: a MIG slot on a hami-core node, a whole
+    card (or an unreadable slot) on a mig node."""
+    if mode != keys.MODE_MIG:
+        if "[" in device.uuid:
+            return f"{keys.DEVICES_TO_ALLOCATE} names MIG slot {shown(device.uuid)}; the node runs {mode}"
+        return None
+    try:
+        decode_mig_id(device.uuid)
+    except PodDevicesError as err:
+        return f"{keys.DEVICES_TO_ALLOCATE}: the node runs mig: {err}"
+    return None
+
+
+def _read_notes(notes: Mapping[str, str], mode: str) -> _Notes:
     errors: list[str] = []
     vgpu_time = annotation_time(notes, keys.VGPU_TIME, "seconds", errors)
     slots = _slots(notes, errors)
-    return _Notes(
-        notes.get(keys.VGPU_NODE), notes.get(keys.VGPU_MODE, NODE_MODE), vgpu_time, slots, tuple(errors)
-    )
+    if slots is not None:
+        wrong = (_mig_slot_problem(device, mode) for slot in slots for device in slot)
+        errors.extend(dict.fromkeys(problem for problem in wrong if problem is not None))
+    return _Notes(notes.get(keys.VGPU_NODE), notes.get(keys.VGPU_MODE, mode), vgpu_time, slots, tuple(errors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +180,7 @@ def _read_containers(pod: Obj, resource: str, serves: Mapping[str, str]) -> _Con
 # --- validate: what protects the containers (the requests were Volcano's to judge) -------------
 
 
-def _placement_problems(notes: _Notes, node_name: str) -> list[str]:
+def _placement_problems(notes: _Notes, node_name: str, mode: str) -> list[str]:
     """Whether the pod was placed on this node, in the mode it runs."""
     problems = []
     if notes.node is None:
@@ -171,8 +190,8 @@ def _placement_problems(notes: _Notes, node_name: str) -> list[str]:
         )
     elif notes.node != node_name:
         problems.append(f"{keys.VGPU_NODE} is {notes.node!r}, but the pod is bound to {node_name!r}")
-    if notes.mode != NODE_MODE:
-        problems.append(f"{keys.VGPU_MODE} {notes.mode!r}: node {node_name} runs {NODE_MODE} only")
+    if notes.mode != mode:
+        problems.append(f"{keys.VGPU_MODE} {notes.mode!r}: node {node_name} runs {mode} only")
     return problems
 
 
@@ -206,9 +225,12 @@ def _slot_size_problem(need: ContainerNeed, slot: Sequence[Assigned], resource: 
 # --- the reader ---------------------------------------------------------------------------------
 
 
-def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) -> VgpuPod | None:
-    """The pod as a candidate for `resource` (`vgpu-number` or `vgpu-memory`); None once it is
-    finished, terminating or failed, or (`bind-phase: success`) has no accounting need left.
+def read_vgpu_pod(
+    pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER, mode: str = keys.MODE_HAMI_CORE
+) -> VgpuPod | None:
+    """The pod as a candidate for `resource` (`vgpu-number` or `vgpu-memory`) on a node running
+    `mode`; None once it is finished, terminating or failed, or (`bind-phase: success`) has no
+    accounting need left.
 
     A pod that cannot be served as written stays a candidate with a `problem`, ranked after
     every servable pod, so its own Allocate fails with the reason instead of timing out.
@@ -229,9 +251,9 @@ def read_vgpu_pod(pod: Obj, node_name: str, resource: str = keys.VGPU_NUMBER) ->
         needs = tuple(need for need in needs if need.name in containers.accounting)
     if not needs:
         return None
-    notes = _read_notes(annotations)
+    notes = _read_notes(annotations, mode)
 
-    problems = [*containers.problems, *_placement_problems(notes, node_name), *notes.errors]
+    problems = [*containers.problems, *_placement_problems(notes, node_name, mode), *notes.errors]
     if notes.slots is None and notes.node is not None and not problems:
         problems.append(f"no {keys.DEVICES_TO_ALLOCATE} annotation")
     slots = notes.slots or ()
@@ -297,12 +319,17 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         *,
         hook_path: hook.HookPath,
         disable_core_limit: bool = False,
+        mig: MigCards | None = None,
         **options: Any,
     ) -> None:
+        self.mig = mig  # a mig node's cards; None: hami-core
+        self.mode = keys.MODE_HAMI_CORE if mig is None else keys.MODE_MIG
         super().__init__(devices, health, pods, ledger, events, **options)
         self.hook = hook_path
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
-        pods.add_listener(self._on_pod)  # after `pending`'s: it reads the pod as a candidate
+        self._rebuilding = False  # `rebuilt` runs: the cards are read, never partitioned
+        if mig is None:  # a MIG device may not exist before its Allocate: nothing is made ahead
+            pods.add_listener(self._on_pod)  # after `pending`'s: it reads the pod as a candidate
         # What every container's response shares, built once (the request path builds only
         # what names the pod; the library is still looked for on every call).
         self._library = str(hook_path.library)
@@ -323,7 +350,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         self._made: dict[tuple[str, str], _Made] = {}  # (pod UID, container): see `_on_pod`
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
-        return read_vgpu_pod(pod, self.node_name, self.resource)
+        return read_vgpu_pod(pod, self.node_name, self.resource, self.mode)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         """Pods come ahead of their Allocates: what the containers this resource serves get is
@@ -387,12 +414,12 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         where = f"pod {pod.display} container {need.name!r}"
         gpus = []
         for device in self._devices(pod, need):
-            gpu = self._by_uuid.get(device.uuid)
+            gpu = self._by_uuid.get(physical_uuid(device.uuid))
             if gpu is None:
                 raise AllocateError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     "gpu-missing",
-                    f"{where}: {keys.DEVICES_TO_ALLOCATE} names GPU {device.uuid}, which node "
+                    f"{where}: {keys.DEVICES_TO_ALLOCATE} names GPU {physical_uuid(device.uuid)}, which node "
                     f"{self.node_name} does not have",
                 )
             if healthy:
@@ -415,6 +442,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         assert isinstance(pod, VgpuPod)
         if need.name in pod.accounting:
             return pb.ContainerAllocateResponse()
+        if self.mig is not None:
+            return self._mig_response(self.mig, pod, need)
         if not os.path.isfile(self._library):
             raise AllocateError(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -452,9 +481,42 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             mounts.append(self._preload_mount)
         return response
 
+    def _mig_response(
+        self, cards: MigCards, pod: VgpuPod, need: ContainerNeed
+    ) -> pb.ContainerAllocateResponse:
+        """The MIG devices of the container's slots (partitioning an idle card into the group
+        first) and nothing of HAMi-core: the hardware holds the container to its instance."""
+        where = f"pod {pod.display} container {need.name!r}"
+        uuids = []
+        for device in self._devices(pod, need):
+            card, group, position = decode_mig_id(device.uuid)  # read_vgpu_pod checked it
+            try:
+                mig_device = cards.device(
+                    card, group, position, holds_pods=self._holds_pods, change=not self._rebuilding
+                )
+            except MigRefusal as err:
+                raise AllocateError(err.code, err.reason, f"{where}: {err}", pod) from None
+            uuids.append(mig_device.uuid)
+        response = pb.ContainerAllocateResponse()
+        response.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
+        return response
+
+    def _holds_pods(self, uuid: str) -> bool:
+        """Whether a live allocation (of any vGPU resource) holds the card."""
+        return any(usage.uuid == uuid and usage.pods for usage in self.ledger.usage_by_gpu())
+
+    def rebuilt(self, pod: Obj, container: str, device_ids: Sequence[str]) -> Allocation:
+        """As `PodAllocator.rebuilt`; on a mig node the card must still hold the slot's group (a
+        container that holds devices runs on it): it is never repartitioned for a rebuilt row."""
+        self._rebuilding = True  # under `_lock`, as every Allocate
+        try:
+            return super().rebuilt(pod, container, device_ids)
+        finally:
+            self._rebuilding = False
+
     def _prepare(self, placement: Placement) -> None:
         assert isinstance(placement.pod, VgpuPod)
-        if placement.need.name not in placement.pod.accounting:
+        if self.mig is None and placement.need.name not in placement.pod.accounting:
             self.hook.container_dir(placement.pod.uid, placement.need.name)
 
     def _as_written(self, pod: Obj) -> Obj:
@@ -524,7 +586,12 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
                 waiting.append(slot)
                 continue
             nvidia = keys.REQUEST_TYPE_NVIDIA
-            booked.append([Assigned(g.uuid, None, nvidia, layout.units(g.memory), g.cores) for g in row.gpus])
+            if self.mig is not None:  # the row keeps no slot ID: the written one (see docs/mig.md)
+                booked.append(slot)
+            else:
+                booked.append(
+                    [Assigned(g.uuid, None, nvidia, layout.units(g.memory), g.cores) for g in row.gpus]
+                )
             waiting.append([])
         annotations = {
             keys.VGPU_IDS_NEW: encode_pod_devices(booked),
