@@ -244,8 +244,10 @@ def test_policy_weight_and_memory_factor_reach_their_configs(tmp_path: Path) -> 
     assert daemon_config(auto, auto_daemonset, tmp_path, node=NODE).gpu_memory_factor == "auto"
 
 
-def test_vgpu_values_start_a_vgpu_daemon_on_the_upstream_config_maps(tmp_path: Path) -> None:
-    docs = template({"strategy": "vgpu", "vgpu": {"upstreamConfigMaps": True, "splitCount": 4}}, tmp_path)
+@pytest.mark.parametrize("mode", ["hami-core", "mig"])
+def test_vgpu_values_start_a_vgpu_daemon_on_the_upstream_config_maps(tmp_path: Path, mode: str) -> None:
+    values = {"strategy": "vgpu", "vgpu": {"upstreamConfigMaps": True, "splitCount": 4, "mode": mode}}
+    docs = template(values, tmp_path)
     daemonset = find(docs, "DaemonSet", DAEMON)
     container = only_container(daemonset)
     env = container_env(container, {"spec.nodeName": NODE})
@@ -257,10 +259,10 @@ def test_vgpu_values_start_a_vgpu_daemon_on_the_upstream_config_maps(tmp_path: P
         settings[option] = str(tmp_path / key)
     (tmp_path / "own.yaml").write_text(yaml.safe_dump(settings))
     config = load_config(flags(config=str(tmp_path / "own.yaml")), {"NODE_NAME": NODE})
-    assert (config.gpu_strategy, config.vgpu_split_count) == ("vgpu", 4)
+    assert (config.gpu_strategy, config.vgpu_split_count, config.vgpu_mode) == ("vgpu", 4, mode)
     assert any(f"nodeconfig[0] applies to node {NODE}" in note for note in config.notes)
     node_config = yaml.safe_load(find(docs, "ConfigMap", "volcano-vgpu-node-config")["data"]["config.json"])
-    assert [entry["operatingmode"] for entry in node_config["nodeconfig"]] == ["hami-core"]
+    assert [entry["operatingmode"] for entry in node_config["nodeconfig"]] == [mode]
 
 
 def coalesced(defaults: Any, given: Any) -> Any:
