@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "startup": ("startup.py",),
     "allocate": ("allocate.py",),
     "allocate-vgpu": ("allocate.py", "--strategy", "vgpu"),
+    "allocate-mig": ("allocate_mig.py",),
     "outbox": ("outbox.py",),
     "extender": ("extender.py",),
     "http_servers": ("http_servers.py",),
