@@ -75,6 +75,7 @@ class Extender:
             nodes=self.nodes.rejections,
             pods=self.pods.rejections,
             ascend=ascend_families(config.vnpus) if config.serves_ascend else (),
+            mig_geometries=config.mig_geometries,
         )
         self.nodes.add_listener(self.inventory.on_node)
         self.pods.add_listener(self.inventory.on_pod)

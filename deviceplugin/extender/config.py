@@ -16,6 +16,10 @@ under their own names, so a Volcano configuration can be carried over as is:
 `device-config` names Volcano's `device-config.yaml` (the device ConfigMap's key, mounted as a
 file): its `vnpus` section lists the Ascend chips served beside the strategy (a document without
 `vnpus`: none). Without it the built-in Ascend310P chip is served, as Volcano's default config has it.
+Its `nvidia.knownMigGeometries` are the MIG geometry groups a `mig` node's cards are sliced into
+(checked by the reader the node daemon uses, `deviceplugin.upstream.hami.mig_geometries`); without
+the file or the key the built-in ones apply, the daemon's own default (`fit.mig_tables`), so the
+scheduler numbers the slots as the node resolves them (docs/mig.md).
 `ascend-hami-vnpu` (Volcano's `deviceshare.AscendHAMiVNPUEnable`) turns those chips on or off:
 compat="volcano" defaults it off as Volcano does; the default mode defaults it on, so a cluster whose
 kube-scheduler configuration names the Ascend resources (the documented one does) is served
@@ -40,6 +44,8 @@ from deviceplugin.configfile import read_mapping
 from deviceplugin.fit.ascend_config import DEFAULT_VNPUS, VnpusConfig, vnpus_config
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.mig_tables import builtin_geometries
+from deviceplugin.fit.model import MigGeometry
 from deviceplugin.fit.quantity import quantity_ceil
 from deviceplugin.options import (
     Layer,
@@ -58,6 +64,7 @@ from deviceplugin.options import (
     whole,
     within,
 )
+from deviceplugin.upstream.hami import mig_geometries
 
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
@@ -90,6 +97,7 @@ _VOLCANO_OPTIONS = {VOLCANO_POLICY: "policy", VOLCANO_WEIGHT: "weight", VOLCANO_
 
 # The shared layer's error, by the name the extender's callers know it.
 ExtenderConfigError = OptionError
+BUILTIN_MIG_GEOMETRIES = builtin_geometries()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,7 @@ class ExtenderConfig:
     device_config: Path | None = None
     vnpus: VnpusConfig = DEFAULT_VNPUS  # the Ascend chips served (read from `device_config`)
     ascend_hami_vnpu: bool | None = None  # serve `vnpus`; None: the mode's default
+    mig_geometries: tuple[MigGeometry, ...] = BUILTIN_MIG_GEOMETRIES  # `nvidia.knownMigGeometries`
 
     @property
     def serves_ascend(self) -> bool:
@@ -204,8 +213,9 @@ OPTIONS: tuple[Option, ...] = (
         "device-config",
         None,
         pathname,
-        "Volcano's device-config.yaml: its vnpus section lists the Ascend chips to serve "
-        "[default: the built-in Ascend310P]",
+        "Volcano's device-config.yaml: its vnpus section lists the Ascend chips to serve, its "
+        "nvidia.knownMigGeometries the MIG groups of mig nodes "
+        "[default: the built-in Ascend310P and MIG geometries]",
     ),
     Option(
         "ascend-hami-vnpu",
@@ -267,16 +277,31 @@ def load_config(flags: Mapping[str, object | None], env: Mapping[str, str] | Non
     config = replace(ExtenderConfig(), **values)
     if config.device_config is None:
         return config
-    return replace(config, vnpus=read_vnpus(config.device_config, config.compat))
+    vnpus, geometries = read_device_config(config.device_config, config.compat)
+    return replace(config, vnpus=vnpus, mig_geometries=geometries)
 
 
-def read_vnpus(path: Path, compat: Literal["volcano"] | None) -> VnpusConfig:
-    """The Ascend chips of a `device-config.yaml`. compat="volcano": a file that does not load is
-    Volcano's ConfigMap that fails to load, so the built-in default applies; otherwise an
-    OptionError names the file and what is wrong."""
+def read_device_config(
+    path: Path, compat: Literal["volcano"] | None
+) -> tuple[VnpusConfig, tuple[MigGeometry, ...]]:
+    """The Ascend chips and the MIG geometries of a `device-config.yaml`. compat="volcano": a file
+    that does not load is Volcano's ConfigMap that fails to load, so the built-in defaults apply;
+    otherwise an OptionError names the file and what is wrong."""
     try:
-        return vnpus_config(read_mapping(path), compat)
-    except (ValueError, FitInputError) as err:
+        document = read_mapping(path)
+        return vnpus_config(document, compat), _mig_geometries(document)
+    except (ValueError, FitInputError) as err:  # UpstreamError is a ValueError
         if compat == "volcano":
-            return DEFAULT_VNPUS
+            return DEFAULT_VNPUS, BUILTIN_MIG_GEOMETRIES
         raise OptionError(f"--device-config {path}: {err}") from None
+
+
+def _mig_geometries(document: Mapping[str, Any]) -> tuple[MigGeometry, ...]:
+    """`nvidia.knownMigGeometries`, or the built-in ones where the document has none."""
+    nvidia = document.get("nvidia")
+    if nvidia is None:
+        return BUILTIN_MIG_GEOMETRIES
+    if not isinstance(nvidia, Mapping):
+        raise ValueError(f"nvidia: must be a mapping, not {type(nvidia).__name__}")
+    known = nvidia.get("knownMigGeometries")
+    return BUILTIN_MIG_GEOMETRIES if known is None else mig_geometries(known, "nvidia.knownMigGeometries")

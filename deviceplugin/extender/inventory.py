@@ -25,7 +25,6 @@ reported once to its cache's `Rejections` (a log line and a count on `/metrics`)
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from deviceplugin.fit.codec import parse_memory_factor
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.families import AscendFamily, DeviceFamily, Family, family_of
 from deviceplugin.fit.keys import Strategy
-from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, is_volcano_compat
+from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, MigGeometry, is_volcano_compat
 from deviceplugin.fit.policy import Policy
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
@@ -127,12 +126,6 @@ def memory_factor(node: Obj) -> int:
     return 1 if raw is None else parse_memory_factor(raw)
 
 
-@functools.lru_cache(maxsize=64)
-def _config(factor: int) -> VgpuConfig:
-    """One config per memory factor, shared by the nodes that advertise it."""
-    return VgpuConfig(memory_factor=factor)
-
-
 @dataclass(eq=False, slots=True)
 class NpuCards:
     """One Ascend chip's cards on a node (`AscendFamily.node_gpus`), or why they cannot be read."""
@@ -184,7 +177,9 @@ class QuickFits:
 class Inventory:
     """Per-node GPU views kept current from node and pod events (`on_node`, `on_pod`); what
     cannot be read goes to `nodes` and `pods` (the caches' `rejections`). `ascend`: the Ascend
-    chips' families served beside the strategy (`fit.families.ascend_families`)."""
+    chips' families served beside the strategy (`fit.families.ascend_families`). `mig_geometries`:
+    the groups a `mig` card is sliced into (`knownMigGeometries`; without one for its model a
+    `mig` card takes no pod, or is HAMi-core under compat="volcano")."""
 
     def __init__(
         self,
@@ -194,10 +189,13 @@ class Inventory:
         nodes: Rejections | None = None,
         pods: Rejections | None = None,
         ascend: Sequence[AscendFamily] = (),
+        mig_geometries: Sequence[MigGeometry] = (),
     ) -> None:
         self.family = family_of(strategy)  # chosen once: every node is fitted by the extender's strategy
         self.ascend = tuple(ascend)
         self.compat = compat
+        self.mig_geometries = tuple(mig_geometries)
+        self._configs: dict[int, VgpuConfig] = {}  # by memory factor, shared by the nodes advertising it
         self.rejected_nodes = nodes or Rejections("node")
         self.rejected_pods = pods or Rejections("pod")
         self._views: dict[str, NodeView] = {}
@@ -250,7 +248,7 @@ class Inventory:
         volcano = is_volcano_compat(self.compat)
         view.other_strategy = "" if volcano else other_strategy(node, self.family)
         try:
-            config = _config(memory_factor(node))
+            config = self._config(memory_factor(node))
             gpus = self.family.node_gpus(node, config, self.compat)
             error = ""
         except Exception as err:  # malformed, or a bug reading it: this node alone has no GPUs
@@ -261,6 +259,14 @@ class Inventory:
         for pod in view.pods.values():
             self._add(view, pod)
         view.generation += 1
+
+    def _config(self, factor: int) -> VgpuConfig:
+        config = self._configs.get(factor)
+        if config is None:
+            config = self._configs[factor] = VgpuConfig(
+                memory_factor=factor, mig_geometries=self.mig_geometries
+            )
+        return config
 
     def _npu_cards(self, name: str, node: Obj) -> tuple[NpuCards | None, ...]:
         entries: list[NpuCards | None] = []
