@@ -24,8 +24,9 @@ from deviceplugin.fit import (
     objects,
     vgpu_gpus,
 )
+from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.inspect.ascend import carries_ascend, npu_cards
-from deviceplugin.inspect.model import GpuReport, NodeReport, PodOnGpu, PodState
+from deviceplugin.inspect.model import GpuReport, MigSlot, NodeReport, PodOnGpu, PodState
 from deviceplugin.inspect.strategy import detect_strategy, memory_factor, node_address
 
 NO_GPUS = (
@@ -146,7 +147,8 @@ def _gpushare_report(card: GpuState, pods: Mapping[str, objects.Obj], factor: in
 def _vgpu(
     node: objects.Obj, pods: Mapping[str, objects.Obj], factor: int, problems: list[str]
 ) -> tuple[GpuReport, ...]:
-    config = VgpuConfig(memory_factor=factor)
+    # inspect reads no device config: MIG slots by the daemon's built-in geometries
+    config = VgpuConfig(memory_factor=factor, mig_geometries=builtin_geometries())
     register = objects.annotations_of(node).get(keys.NODE_VGPU_REGISTER)
     if register is None:
         problems.append(f"no {keys.NODE_VGPU_REGISTER} annotation: the plugin has not registered its GPUs")
@@ -190,7 +192,18 @@ def _vgpu_report(gpu: GpuState, pods: Mapping[str, objects.Obj], factor: int) ->
         cores_total=gpu.cores,
         pod_limit=gpu.split_count,
         pods=_sorted(on_gpu),
+        mode=gpu.mode,
+        mig_slots=tuple(sorted(_mig_slots(gpu, pods), key=lambda s: (s.group, s.position, s.uid))),
     )
+
+
+def _mig_slots(gpu: GpuState, pods: Mapping[str, objects.Obj]) -> list[MigSlot]:
+    slots = []
+    for uid, usage in gpu.pods.items():
+        meta = objects.metadata(pods[uid])
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        slots += [MigSlot(group, position, namespace, name, uid) for group, position in usage.mig_slots]
+    return slots
 
 
 Reader = Callable[[objects.Obj, Mapping[str, objects.Obj], int, list[str]], tuple[GpuReport, ...]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
+from deviceplugin.inspect.model import GpuReport, MigSlot, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 
 KIND = "GpuInspection"
 VERSION = 1
@@ -31,11 +31,22 @@ def _pod(pod: PodOnGpu) -> dict[str, Any]:
     }
 
 
+def _slot(slot: MigSlot) -> dict[str, Any]:
+    return {
+        "group": slot.group,
+        "position": slot.position,
+        "namespace": slot.namespace,
+        "name": slot.name,
+        "uid": slot.uid,
+    }
+
+
 def _gpu(gpu: GpuReport) -> dict[str, Any]:
     return {
         "index": gpu.index,
         "uuid": gpu.uuid,
         "model": gpu.model,
+        "mode": gpu.mode,
         "healthy": gpu.healthy,
         "memoryMiB": _pair(gpu.memory_used_mib, gpu.memory_total_mib),
         "cores": _pair(gpu.cores_used, gpu.cores_total),
@@ -43,6 +54,7 @@ def _gpu(gpu: GpuReport) -> dict[str, Any]:
         "podLimit": gpu.pod_limit,
         "pendingCount": gpu.pending,
         "pods": [_pod(pod) for pod in gpu.pods],
+        "migSlots": [_slot(slot) for slot in gpu.mig_slots],
     }
 
 

@@ -23,9 +23,22 @@ class PodOnGpu:
 
 
 @dataclass(frozen=True, slots=True)
+class MigSlot:
+    """A MIG slot a pod holds on a `mig` card: its geometry group and position there."""
+
+    group: str
+    position: int
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class GpuReport:
     """One GPU of a node. `memory_total_mib` is None where the node publishes no memory (number mode);
-    `cores_*` and `pod_limit` are None outside vGPU mode; `uuid` and `model` only where published."""
+    `cores_*` and `pod_limit` are None outside vGPU mode; `uuid` and `model` only where published.
+    `mode`: the vGPU sharing mode it registered (None outside vGPU); `mig_slots`: on a `mig` card,
+    the slots its pods hold."""
 
     index: int
     uuid: str | None
@@ -37,6 +50,8 @@ class GpuReport:
     cores_total: int | None
     pod_limit: int | None
     pods: tuple[PodOnGpu, ...]
+    mode: str | None = None
+    mig_slots: tuple[MigSlot, ...] = ()
 
     @property
     def pending(self) -> int:

@@ -6,7 +6,18 @@ from __future__ import annotations
 from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 from deviceplugin.inspect.table import format_table
 
-HEADER = ("NAME", "IPADDRESS", "STRATEGY", "GPU", "MEMORY(MiB)", "CORES(%)", "PODS", "PENDING", "HEALTH")
+HEADER = (
+    "NAME",
+    "IPADDRESS",
+    "STRATEGY",
+    "GPU",
+    "MODE",
+    "MEMORY(MiB)",
+    "CORES(%)",
+    "PODS",
+    "PENDING",
+    "HEALTH",
+)
 NPU_HEADER = (
     "NAME",
     "CHIP",
@@ -34,6 +45,7 @@ def _pods(gpu: GpuReport) -> str:
 def _gpu_cells(gpu: GpuReport) -> list[str]:
     return [
         str(gpu.index),
+        gpu.mode or DASH,
         _used(gpu.memory_used_mib, gpu.memory_total_mib),
         _used(gpu.cores_used, gpu.cores_total),
         _pods(gpu),
@@ -45,7 +57,7 @@ def _gpu_cells(gpu: GpuReport) -> list[str]:
 def _node_rows(node: NodeReport) -> list[list[str]]:
     lead = [node.name, node.address or DASH, node.strategy]
     if not node.gpus:
-        return [[*lead, DASH, DASH, DASH, DASH, DASH, "see problems" if node.problems else DASH]]
+        return [[*lead, DASH, DASH, DASH, DASH, DASH, DASH, "see problems" if node.problems else DASH]]
     blank = ["", "", ""]
     return [[*(lead if i == 0 else blank), *_gpu_cells(gpu)] for i, gpu in enumerate(node.gpus)]
 
@@ -115,6 +127,13 @@ def _detail_lines(node: NodeReport) -> list[str]:
         rows = [_pod_cells(gpu, pod) for gpu in node.gpus for pod in gpu.pods]
         header = ("GPU", "POD", "MEMORY(MiB)", "CORES(%)", "STATE")
         lines += format_table(header, rows, indent="  ") if rows else ["  no pods on its GPUs"]
+        slots = [
+            [str(gpu.index), f"{slot.group}-{slot.position}", f"{slot.namespace}/{slot.name}"]
+            for gpu in node.gpus
+            for slot in gpu.mig_slots
+        ]
+        if slots:
+            lines += ["  MIG slots in use:", *format_table(("GPU", "SLOT", "POD"), slots, indent="    ")]
     if node.npus:
         rows = [
             [

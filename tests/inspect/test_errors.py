@@ -40,6 +40,7 @@ def test_malformed_registration_shows_the_node_with_a_problem(
             "IPADDRESS": "10.0.0.30",
             "STRATEGY": "vgpu",
             "GPU": "-",
+            "MODE": "-",
             "MEMORY(MiB)": "-",
             "CORES(%)": "-",
             "PODS": "-",
