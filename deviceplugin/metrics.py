@@ -52,6 +52,7 @@ class DaemonCollector(Collector):
         taken = self.daemon.snapshot()
         yield from _vgpu_gauges(taken)
         yield from _health(taken)
+        yield from _modes(taken)
         yield from _plugin(taken)
 
 
@@ -100,6 +101,17 @@ def _health(taken: DaemonSnapshot) -> Iterator[Metric]:
     for (uuid, xid), count in sorted(taken.xid_events.items()):
         xids.add_metric([uuid, str(xid)], count)
     yield from (healthy, xids)
+
+
+def _modes(taken: DaemonSnapshot) -> Iterator[Metric]:
+    mode = GaugeMetricFamily(
+        f"{PLUGIN}_device_mode",
+        "1 for the way the GPU is shared: share, number, hami-core or mig",
+        labels=["devID", "index", "mode"],
+    )
+    for gpu in taken.gpus:
+        mode.add_metric([gpu.uuid, str(gpu.index), gpu.mode], 1)
+    yield mode
 
 
 def _counter(name: str, text: str, labels: list[str], counts: Mapping[Any, int]) -> CounterMetricFamily:

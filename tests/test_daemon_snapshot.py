@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from deviceplugin.config import load_config
+from deviceplugin.metrics import registry_for
 from deviceplugin.plugin.daemon import Daemon
 from kubesim.kubelet import KubeletEmulator
 from tests.daemons import GPU0, GPU1, TIMEOUT_S, streaming
@@ -60,3 +62,22 @@ def test_a_snapshot_does_not_change_once_taken(daemon: Daemon) -> None:
     assert [gpu.healthy for gpu in before.gpus] == [True, True]
     assert [gpu.healthy for gpu in after.gpus] == [True, False]
     assert (before.allocate.failures, after.allocate.failures) == ({}, {"no-pod": 1})
+
+
+@pytest.mark.parametrize(("strategy", "mode"), [("vgpu", "hami-core"), ("share", "share")])
+def test_metrics_show_how_each_gpu_is_shared(workdir: Path, strategy: str, mode: str) -> None:
+    settings = {
+        "node-name": "node-1",
+        "gpu-strategy": strategy,
+        "fake-gpus": "2x4000",
+        "device-plugin-dir": str(workdir / "plugins"),
+        "pod-resources-socket": str(workdir / "pod-resources.sock"),
+        "state-dir": str(workdir / "state"),
+    }
+    running = Daemon(load_config(settings, {}), {})
+    try:
+        text = generate_latest(registry_for(running)).decode()
+    finally:
+        running.stop()
+    for uuid, index in ((GPU0, 0), (GPU1, 1)):
+        assert f'volcano_gpu_plugin_device_mode{{devID="{uuid}",index="{index}",mode="{mode}"}} 1.0' in text

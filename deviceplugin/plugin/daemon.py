@@ -549,6 +549,7 @@ class Daemon:
         ledger = services.ledger
         _, health = gpu.health.snapshot()
         usage = {row.uuid: row for row in ledger.usage_by_gpu()}
+        mode = node_family_of(self.config.gpu_strategy, self.config.vgpu_mode).mode
         gpus = tuple(
             GpuSnapshot(
                 info.uuid,
@@ -558,6 +559,7 @@ class Daemon:
                 used.pods if used else 0,
                 layout.units(used.memory) if used else 0,
                 used.cores if used else 0,
+                mode,
             )
             for info in gpu.gpus
             for used in (usage.get(info.uuid),)

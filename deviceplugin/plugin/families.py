@@ -27,6 +27,10 @@ class NumberNode:
     answers_handshake = False
 
     @property
+    def mode(self) -> str:
+        return self.strategy
+
+    @property
     def resources(self) -> tuple[Resource, ...]:
         return RESOURCES[self.strategy]
 

@@ -56,6 +56,11 @@ class NodeFamily(Protocol):
         """The strategy (the node label's value)."""
 
     @property
+    def mode(self) -> str:
+        """How the node's GPUs are shared: the strategy, or a vGPU node's operating mode
+        (`hami-core`, `mig`); shown per GPU in the metrics."""
+
+    @property
     def resources(self) -> tuple[Resource, ...]:
         """The kubelet resources it advertises, one plugin socket each."""
 

@@ -17,6 +17,7 @@ class GpuSnapshot:
     pods: int  # pods with an allocation on it
     memory: int  # memory units allocated
     cores: int  # percent allocated
+    mode: str  # how it is shared (`NodeFamily.mode`): share, number, hami-core, mig
 
 
 @dataclass(frozen=True, slots=True)
