@@ -153,6 +153,7 @@ class SimCluster:
             *("--gpu-strategy", spec.strategy),
             *("--fake-gpus", str(spec.write_fake_gpus(directory / "gpus.json"))),
             *("--gpu-memory-factor", str(spec.memory_factor)),
+            *spec.daemon_options(),
             *("--device-plugin-dir", str(directory / "plugins")),
             *("--pod-resources-socket", str(pod_resources)),
             *("--state-dir", str(directory / "state")),

@@ -15,6 +15,11 @@ share one and every run makes the same ones.
 requests and annotations then count units of that many MiB. Kubelet takes at most 4 MiB of device
 list per resource, one device per unit, so a node with much GPU memory needs one; a node that would
 not fit is refused naming the smallest factor that does.
+
+`mode` (vgpu nodes) is the daemon's `--vgpu-mode`: `hami-core` (the default) or `mig` (dynamic MIG,
+docs/mig.md): every GPU of a `mig` node is a fake card in MIG mode, so its model must be one dynamic
+MIG has a profile table for (A100 40/80 GB, A30, H100 80 GB, H200 141 GB), and the daemon refuses
+any other at start. `mps` is not run yet.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import yaml
 from deviceplugin.fit import keys
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.gpu.mig import MIG_MODELS, model_for
 from deviceplugin.plugin.devices import (
     MESSAGE_BUDGET,
     RESOURCES,
@@ -77,7 +83,7 @@ class NodeSpec:
     count: int = 2
     memory_mib: int = 16384
     model: str = DEFAULT_MODEL
-    #: The vGPU sharing mode (vgpu nodes only; this plugin runs HAMi-core).
+    #: The vGPU sharing mode (vgpu nodes only): hami-core or mig.
     mode: str | None = None
     #: MiB per memory unit (`--gpu-memory-factor`).
     memory_factor: int = 1
@@ -98,9 +104,14 @@ class NodeSpec:
 
     def write_fake_gpus(self, path: Path) -> Path:
         """The node's GPUs as a `--fake-gpus` JSON file."""
-        entries = [{"uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib} for g in self.gpus]
+        mig = {"mig_enabled": True} if self.mode == keys.MODE_MIG else {}
+        entries = [{"uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib, **mig} for g in self.gpus]
         path.write_text(json.dumps(entries, indent=1))
         return path
+
+    def daemon_options(self) -> list[str]:
+        """The daemon's options this node's shape adds (a vgpu node's operating mode)."""
+        return ["--vgpu-mode", self.mode] if self.strategy == "vgpu" and self.mode else []
 
 
 def node(name: str, strategy: Strategy) -> NodeSpec:
@@ -108,8 +119,14 @@ def node(name: str, strategy: Strategy) -> NodeSpec:
     return NodeSpec(name, strategy, count, memory, mode=keys.MODE_HAMI_CORE if strategy == "vgpu" else None)
 
 
-#: The demo cluster: one node per strategy (and per vGPU mode this plugin runs).
+#: The demo's MIG node: one H100 80GB in MIG mode (its memory needs a factor to fit kubelet's message).
+MIG_NODE = NodeSpec(
+    "gpu-mig-1", "vgpu", 1, 81559, "NVIDIA H100 80GB HBM3", mode=keys.MODE_MIG, memory_factor=4
+)
+#: The cluster a scenario runs on unless it says otherwise: one node per strategy.
 DEFAULT_NODES = (node("gpu-share-1", "share"), node("gpu-number-1", "number"), node("gpu-vgpu-1", "vgpu"))
+#: The demo cluster: those, and the MIG node (one node per vGPU mode this plugin runs).
+DEMO_NODES = (*DEFAULT_NODES, MIG_NODE)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -180,6 +197,12 @@ def _spec(entry: Mapping[str, Any], where: str, before: Sequence[NodeSpec]) -> N
         memory_factor=_whole(entry.get("memory-factor", 1), f"{where}.memory-factor", 1, 1 << 20),
     )
     _check_factor(spec, where)
+    if spec.mode == keys.MODE_MIG and model_for(spec.model, spec.memory_mib) is None:
+        supported = ", ".join(model.key for model in MIG_MODELS)
+        raise NodeSpecError(
+            f"{where}.model: {spec.model!r} ({spec.memory_mib} MiB) has no MIG profile table; a mig node's "
+            f"model must be one of {supported} (e.g. NVIDIA H100 80GB HBM3, memory 81559)"
+        )
     return spec
 
 
@@ -238,8 +261,11 @@ def _mode(value: object, strategy: Strategy, where: str) -> str | None:
         return None
     if value is None or value == keys.MODE_HAMI_CORE:
         return keys.MODE_HAMI_CORE
+    if value == keys.MODE_MIG:
+        return keys.MODE_MIG
     if value in keys.SHARING_MODES:
         raise NodeSpecError(
-            f"{where}: {value!r} is not simulated: this plugin runs {keys.MODE_HAMI_CORE} only"
+            f"{where}: {value!r} is not simulated: this plugin runs {keys.MODE_HAMI_CORE} and "
+            f"{keys.MODE_MIG} only"
         )
     raise NodeSpecError(f"{where}: {value!r} must be one of {', '.join(keys.SHARING_MODES)}")

@@ -26,7 +26,7 @@ from kubesim import report
 from kubesim.ascend import CORE, COUNT, MEMORY, VNPU_MODE, AscendNodeSpec
 from kubesim.cluster import SimCluster
 from kubesim.failures import SimulationError
-from kubesim.nodes import DEFAULT_NODES, NodeSpec, NodeSpecError, parse_node_options
+from kubesim.nodes import DEFAULT_NODES, DEMO_NODES, MIG_NODE, NodeSpec, NodeSpecError, parse_node_options
 from kubesim.report import PodReport
 from kubesim.scenario import Scenario, read_scenario
 from kubesim.scratch import scratch_dir
@@ -38,11 +38,15 @@ METRICS_SHOWN = ("volcano_vgpu_device_allocated_memory", "volcano_vgpu_device_sh
 Check = Callable[[Sequence[PodReport]], None]  # adds to a report's problems what the scenario promised
 
 
-def _pod(name: str, limits: dict[str, str], namespace: str = "demo") -> dict[str, Any]:
+def _pod(
+    name: str, limits: dict[str, str], namespace: str = "demo", mode: str | None = None
+) -> dict[str, Any]:
+    """A one-container pod; `mode`: its `volcano.sh/vgpu-mode` (the vGPU nodes it fits)."""
+    annotations = {"annotations": {keys.VGPU_MODE: mode}} if mode else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, **annotations},
         "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda", "resources": {"limits": limits}}]},
     }
 
@@ -80,9 +84,27 @@ DEMO = (
     Play(Scenario("GPU number: a pod takes two whole GPUs", (_pod("whole-pair", {keys.GPU_NUMBER: "2"}),))),
     Play(
         Scenario(
-            "vGPU: a job of three workers, 1 vGPU and 1024 MiB each (HAMi-core limits)",
+            "vGPU: a job of three workers, 1 vGPU and 1024 MiB each (vgpu-mode hami-core: HAMi-core limits)",
             tuple(
-                _pod(f"job-worker-{n}", {keys.VGPU_NUMBER: "1", keys.VGPU_MEMORY: "1024"}) for n in range(3)
+                _pod(
+                    f"job-worker-{n}",
+                    {keys.VGPU_NUMBER: "1", keys.VGPU_MEMORY: "1024"},
+                    mode=keys.MODE_HAMI_CORE,
+                )
+                for n in range(3)
+            ),
+        )
+    ),
+    Play(
+        Scenario(
+            "vGPU in MIG mode: a pod of 1 vGPU and 9000 MiB (vgpu-mode mig) on the H100 in MIG mode gets "
+            "slot group1-0, a 1g.10gb MIG device of its own (the card partitioned at Allocate)",
+            (
+                _pod(
+                    "mig-worker",
+                    {keys.VGPU_NUMBER: "1", keys.VGPU_MEMORY: str(9000 // MIG_NODE.memory_factor)},
+                    mode=keys.MODE_MIG,
+                ),
             ),
         )
     ),
@@ -188,10 +210,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _nodes(given: Sequence[str] | None, plays: Sequence[Play]) -> tuple[NodeSpec, ...]:
-    """`--nodes`, else the scenario's nodes: section, else the demo cluster."""
+    """`--nodes`, else the scenario's nodes: section, else the demo cluster (a scenario's: no MIG node)."""
     if given:
         return parse_node_options(given)
-    return next((p.scenario.nodes for p in plays if p.scenario.nodes is not None), DEFAULT_NODES)
+    default = DEMO_NODES if plays is DEMO else DEFAULT_NODES
+    return next((p.scenario.nodes for p in plays if p.scenario.nodes is not None), default)
 
 
 def _simulate(

@@ -20,6 +20,9 @@ unless the node says otherwise):
   each device's memory = the request (`vgpu-memory`, else `vgpu-memory-percentage` of the card,
   else the whole card) and `CUDA_DEVICE_MEMORY_LIMIT_<i>` = that x F MiB; `CUDA_DEVICE_SM_LIMIT` = the cores
   asked (`vgpu-cores`, default 0); HAMi-core's library is mounted.
+- vGPU on a `mig` node (docs/mig.md): each device of the entry is a MIG slot
+  `GPU-<uuid>[<group>-<pos>]` on a GPU of the node, booking the request's memory; the container's
+  env is only `NVIDIA_VISIBLE_DEVICES`, N distinct `MIG-` UUIDs; nothing of HAMi-core is mounted.
 - A container asking for no GPU gets no `NVIDIA_VISIBLE_DEVICES` from a plugin.
 - The plugin marks the pod served: `gpu-assigned: "true"` (share, number), `bind-phase: success` (vGPU).
 """
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deviceplugin.fit import keys, objects
-from deviceplugin.fit.codec import decode_pod_devices, parse_gpu_index
+from deviceplugin.fit.codec import decode_mig_id, decode_pod_devices, parse_gpu_index
 from deviceplugin.fit.errors import FitInputError
 from deviceplugin.fit.model import Assigned
 from deviceplugin.fit.quantity import parse_quantity
@@ -247,23 +250,33 @@ class _Checker:
             return None
         return index[start : start + width]
 
-    def _vgpu(self, view: ContainerView, limits: Obj, entry: int) -> None:
-        count = _whole(limits.get(keys.VGPU_NUMBER)) if keys.VGPU_NUMBER in limits else 1
-        asks = f"asks {count} vGPU(s)"
-        named = self._named(view, keys.VGPU_NUMBER, asks)
-        if named is None:
-            return
+    def _entry(self, view: ContainerView, asks: str, entry: int, count: int) -> list[Assigned] | None:
+        """The container's entry of `vgpu-ids-new`, of `count` devices; None (with a problem) if not."""
         try:
             entries = decode_pod_devices(self.notes[keys.VGPU_IDS_NEW])
         except KeyError:
             self.wrong(view.name, f"{asks}; it got GPUs but the scheduler wrote no {keys.VGPU_IDS_NEW}")
-            return
+            return None
         except FitInputError as err:
             self.wrong(view.name, f"{asks} but {keys.VGPU_IDS_NEW} cannot be read: {err}")
-            return
+            return None
         devices: list[Assigned] = entries[entry] if entry < len(entries) else []
         if len(devices) != count:
             self.wrong(view.name, f"{asks}; entry {entry} of {keys.VGPU_IDS_NEW} holds {len(devices)}")
+            return None
+        return devices
+
+    def _vgpu(self, view: ContainerView, limits: Obj, entry: int) -> None:
+        count = _whole(limits.get(keys.VGPU_NUMBER)) if keys.VGPU_NUMBER in limits else 1
+        asks = f"asks {count} vGPU(s)"
+        if self.node.mode == keys.MODE_MIG:
+            self._mig(view, limits, entry, count)
+            return
+        named = self._named(view, keys.VGPU_NUMBER, asks)
+        if named is None:
+            return
+        devices = self._entry(view, asks, entry, count)
+        if devices is None:
             return
         wanted = [device.uuid for device in devices]
         if [gpu.uuid for gpu in named] != wanted:
@@ -300,6 +313,39 @@ class _Checker:
             self.wrong(
                 view.name, f"HAMi-core's library is not mounted at {CONTAINER_LIBRARY}: no limit is enforced"
             )
+
+    def _mig(self, view: ContainerView, limits: Obj, entry: int, count: int) -> None:
+        """A container on a `mig` node: its MIG devices only, one per slot of its entry."""
+        asks = f"asks {count} vGPU(s) on mig node {self.node.name}"
+        visible = view.env.get(VISIBLE, "")
+        uuids = visible.split(",") if visible else []
+        if len(uuids) != count or len(set(uuids)) != count or not all(u.startswith("MIG-") for u in uuids):
+            self.wrong(view.name, f"{asks} but got {VISIBLE}={visible!r}, not {count} distinct MIG device(s)")
+        devices = self._entry(view, asks, entry, count)
+        if devices is None:
+            return
+        for device in devices:
+            try:
+                card, _group, _position = decode_mig_id(device.uuid)
+            except FitInputError as err:
+                self.wrong(view.name, f"{keys.VGPU_IDS_NEW} holds {device.uuid}, no MIG slot: {err}")
+                continue
+            gpu = self.by_uuid.get(card)
+            if gpu is None:
+                self.wrong(view.name, f"{keys.VGPU_IDS_NEW} names {card}, no GPU of node {self.node.name}")
+                continue
+            memory = _vgpu_memory(limits, gpu.memory_mib // self.node.memory_factor)
+            if device.memory != memory:
+                self.wrong(
+                    view.name,
+                    f"the scheduler booked {device.memory} unit(s) in slot {device.uuid}; "
+                    f"the request gives {memory}",
+                )
+        extra = sorted(set(view.env) - {VISIBLE})
+        if extra:
+            self.wrong(view.name, f"a MIG device is its own limit, yet it got {', '.join(extra)}")
+        if any(mount.container_path == CONTAINER_LIBRARY for mount in view.mounts):
+            self.wrong(view.name, f"HAMi-core's library is mounted at {CONTAINER_LIBRARY} on a MIG device")
 
 
 def _whole(value: object) -> int:

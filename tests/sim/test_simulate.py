@@ -30,6 +30,9 @@ def test_the_demo_prints_every_pod_and_the_env_its_container_sees() -> None:
     assert re.search(r"^demo/whole-pair +cuda +gpu-number-1 +\d,\d ", out, flags=re.M), out
     assert 'volcano_vgpu_device_allocated_memory{NodeName="gpu-vgpu-1"' in out
     assert "state/ledger.db" in out
+    # The MIG node's pod sees its MIG device and nothing of HAMi-core.
+    mig = r"^demo/mig-worker +cuda +gpu-mig-1 +MIG-\S+ +Running +NVIDIA_VISIBLE_DEVICES=MIG-[-0-9a-f]+ *$"
+    assert re.search(mig, out, flags=re.M), out
 
 
 SMALL_AND_HUGE = """
@@ -100,6 +103,12 @@ def test_json_is_one_document_with_the_documented_keys(tmp_path: Path) -> None:
     assert env(worker, "cuda")["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
     assert "/usr/local/vgpu/libvgpu.so" in [m["container_path"] for m in worker["containers"][0]["mounts"]]
     assert done.node("gpu-vgpu-1")["mode"] == "hami-core" and done.node("gpu-share-1")["mode"] is None
+    # The MIG node: its H100 in MIG mode; the pod gets the MIG device of its slot, only that.
+    assert done.node("gpu-mig-1")["mode"] == "mig"
+    mig_worker = done.pod("mig-worker", "demo")
+    assert env(mig_worker, "cuda").keys() == {"NVIDIA_VISIBLE_DEVICES"}
+    assert env(mig_worker, "cuda")["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert mig_worker["containers"][0]["mounts"] == []
 
 
 def test_docs_show_the_json_document_with_its_keys(tmp_path: Path) -> None:
@@ -122,7 +131,7 @@ def test_docs_show_the_json_document_with_its_keys(tmp_path: Path) -> None:
 def test_every_fake_node_has_gpus_of_its_own(tmp_path: Path) -> None:
     done = simulate_json(None, tmp_path)
     uuids = [gpu["uuid"] for node in done.document["nodes"] for gpu in node["gpus"]]
-    assert len(uuids) == 8 and len(set(uuids)) == 8
+    assert len(uuids) == 9 and len(set(uuids)) == 9  # the MIG node's H100 too
 
 
 NUMBER_POD = """
@@ -373,8 +382,12 @@ REFUSED = [
     ),
     ("nodes: [{strategy: mig}]\n", "document 1: nodes[0].strategy: 'mig' must be one of share, number, vgpu"),
     (
+        "nodes: [{strategy: vgpu, mode: mps}]\n",
+        "nodes[0].mode: 'mps' is not simulated: this plugin runs hami-core and mig only",
+    ),
+    (
         "nodes: [{strategy: vgpu, mode: mig}]\n",
-        "nodes[0].mode: 'mig' is not simulated: this plugin runs hami-core only",
+        "nodes[0].model: 'Tesla T4' (16384 MiB) has no MIG profile table; a mig node's model must be one of",
     ),
     (
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n",
