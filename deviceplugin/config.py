@@ -45,6 +45,8 @@ DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_STATE_DIR = Path("/var/lib/volcano-gpu-plugin")
 DEFAULT_HOOK_PATH = Path("/usr/local/vgpu")
+DEFAULT_MPS_ROOT = Path("/run/nvidia/mps")  # NVIDIA's device plugin's default host root
+DEFAULT_MPS_CONTROL = "nvidia-cuda-mps-control"
 AUTO = "auto"
 # Every interval, period and timeout: a tenth of a second at least (1e-9 s made a loop take 84 % of a
 # CPU), a day at most (far longer ones overflow the platform's timed waits in the worker threads).
@@ -85,8 +87,11 @@ class DaemonConfig:
     vgpu_memory_scaling: float = 1.0
     vgpu_core_scaling: float = 1.0
     vgpu_disable_core_limit: bool = False
-    vgpu_mode: Literal["hami-core", "mig"] = "hami-core"
+    vgpu_mode: Literal["hami-core", "mig", "mps"] = "hami-core"
     vgpu_mig_geometries: tuple[MigGeometry, ...] | None = None  # None: the built-in default
+    mps_root: Path = DEFAULT_MPS_ROOT
+    mps_control: str = DEFAULT_MPS_CONTROL
+    mps_sidecar: bool = False  # the control daemons are started by a sidecar: only checked here
     exclude_gpus: GpuExclusion | None = None
     vgpu_device_config: Path | None = None
     vgpu_node_config: Path | None = None
@@ -154,10 +159,8 @@ def _core_scaling(value: object) -> float:
 
 def _vgpu_mode(value: object) -> str:
     mode = text(value)
-    if mode == keys.MODE_MPS:
-        raise ValueError(f"{mode} is not supported yet (hami-core or mig)")
-    if mode not in (keys.MODE_HAMI_CORE, keys.MODE_MIG):
-        raise ValueError("must be one of hami-core, mig")
+    if mode not in keys.SHARING_MODES:
+        raise ValueError(f"must be one of {', '.join(keys.SHARING_MODES)}")
     return mode
 
 
@@ -289,13 +292,32 @@ OPTIONS: tuple[Option, ...] = (
         "vgpu-mode",
         "VGPU_MODE",
         _vgpu_mode,
-        "hami-core | mig: share each GPU with HAMi-core, or give each container a MIG device (vgpu)",
+        "hami-core | mig | mps: share each GPU with HAMi-core, give each container a MIG device, or "
+        "share each GPU through MPS (vgpu)",
     ),
     Option(
         "vgpu-mig-geometries",
         "VGPU_MIG_GEOMETRIES",
         _mig_geometries,
         "YAML file with knownMigGeometries: the MIG groups of each model (vgpu mig; default built in)",
+    ),
+    Option(
+        "mps-root",
+        "MPS_ROOT",
+        pathname,
+        "host directory of the MPS control daemons' pipe, log and shm directories (vgpu mps)",
+    ),
+    Option(
+        "mps-control",
+        "MPS_CONTROL",
+        text,
+        "the MPS control binary, run to start and ask each GPU's daemon (vgpu mps)",
+    ),
+    Option(
+        "mps-sidecar",
+        "MPS_SIDECAR",
+        boolean,
+        "true: a sidecar starts the MPS control daemons; they are only checked here (vgpu mps)",
     ),
     Option("exclude-gpus", "EXCLUDE_GPUS", parse_exclusion, "GPU UUIDs or indices this node does not offer"),
     Option("vgpu-device-config", "VGPU_DEVICE_CONFIG", pathname, "the HAMi vGPU plugin's device-config.yaml"),
@@ -320,6 +342,9 @@ STRATEGY_ONLY: Mapping[str, Strategy] = dict.fromkeys(
         "vgpu-disable-core-limit",
         "vgpu-mode",
         "vgpu-mig-geometries",
+        "mps-root",
+        "mps-control",
+        "mps-sidecar",
         *FIRST[2:],
     ),
     "vgpu",
@@ -421,6 +446,11 @@ def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Daem
         raise OptionError(
             "--vgpu-memory-scaling: must be 1 with --vgpu-mode mig: a MIG device's memory is the "
             "hardware's, with nothing to oversubscribe it"
+        )
+    if values.get("vgpu_mode") == keys.MODE_MPS and values.get("vgpu_memory_scaling", 1.0) != 1.0:
+        raise OptionError(
+            "--vgpu-memory-scaling: must be 1 with --vgpu-mode mps: MPS cannot back device memory "
+            "with host memory (HAMi-core's oversubscription)"
         )
     values["notes"] = tuple(notes)
     return DaemonConfig(**values)  # type: ignore[arg-type]  # each value was parsed for its field

@@ -180,11 +180,11 @@ def test_mig_geometries_from_a_file_named_by_flag(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("given", "message"),
     [
+        ({"vgpu_mode": "turbo"}, r"--vgpu-mode: invalid value 'turbo': must be one of hami-core, mig, mps"),
         (
-            {"vgpu_mode": "mps"},
-            r"--vgpu-mode: invalid value 'mps': mps is not supported yet \(hami-core or mig\)",
+            {"vgpu_mode": "mps", "vgpu_memory_scaling": "2"},
+            r"--vgpu-memory-scaling: must be 1 with --vgpu-mode mps",
         ),
-        ({"vgpu_mode": "turbo"}, r"--vgpu-mode: invalid value 'turbo': must be one of hami-core, mig"),
         (
             {"vgpu_mode": "mig", "vgpu_memory_scaling": "2"},
             r"--vgpu-memory-scaling: must be 1 with --vgpu-mode mig",
@@ -194,6 +194,31 @@ def test_mig_geometries_from_a_file_named_by_flag(tmp_path: Path) -> None:
 def test_bad_vgpu_modes_are_refused(given: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=message):
         load_config(flags(node_name="n", gpu_strategy="vgpu", **given), {})
+
+
+def test_mps_mode_and_its_daemons_from_flags_and_env() -> None:
+    config = load_config(flags(node_name="n", gpu_strategy="vgpu", vgpu_mode="mps"), {})
+    assert (config.vgpu_mode, config.mps_root, config.mps_control, config.mps_sidecar) == (
+        "mps",
+        Path("/run/nvidia/mps"),
+        "nvidia-cuda-mps-control",
+        False,
+    )
+    env = {
+        "VGPU_MODE": "mps",
+        "MPS_ROOT": "/srv/mps",
+        "MPS_CONTROL": "/opt/mps-control",
+        "MPS_SIDECAR": "true",
+    }
+    config = load_config(flags(node_name="n", gpu_strategy="vgpu"), env)
+    assert (config.vgpu_mode, config.mps_root, config.mps_control, config.mps_sidecar) == (
+        "mps",
+        Path("/srv/mps"),
+        "/opt/mps-control",
+        True,
+    )
+    with pytest.raises(OptionError, match=r"--mps-root: for --gpu-strategy vgpu only"):
+        load_config(flags(node_name="n", gpu_strategy="share", mps_root="/srv/mps"), {})
 
 
 def test_vgpu_mode_is_for_vgpu_nodes_only() -> None:

@@ -149,6 +149,12 @@ def test_another_nodes_mig_entry_is_not_this_nodes_business(tmp_path: Path) -> N
     assert vgpu_config(tmp_path).vgpu_split_count == 6
 
 
+def test_an_mps_entry_runs_the_node_in_mps(tmp_path: Path) -> None:
+    node = node_config()
+    node["nodeconfig"][0].update(operatingmode="mps", devicememoryscaling=0)
+    assert vgpu_config(tmp_path, node=node).vgpu_mode == "mps"
+
+
 def test_a_mig_entry_runs_the_node_in_mig_with_the_device_configs_geometries(tmp_path: Path) -> None:
     node = node_config()
     node["nodeconfig"][0].update(operatingmode="mig", devicememoryscaling=0)
@@ -281,10 +287,6 @@ def test_a_malformed_device_config_file_is_named(tmp_path: Path, content: str, m
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (
-            {"operatingmode": "mps"},
-            r"nodeconfig\[0\].operatingmode: 'mps' is not supported yet: this plugin runs hami-core or mig",
-        ),
         (
             {"operatingmode": "turbo"},
             r"nodeconfig\[0\].operatingmode: 'turbo' must be one of hami-core, mig, mps",

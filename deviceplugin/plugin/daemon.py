@@ -18,6 +18,7 @@ from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
 from deviceplugin.gpu.load import load_backend
 from deviceplugin.gpu.mig import builtin_geometries
+from deviceplugin.gpu.mps import MpsControl, MpsDaemons, MpsRoot
 from deviceplugin.kube.api import ConfigError, Kube, load_client
 from deviceplugin.kube.cachemetrics import rejected_by_kind
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -117,6 +118,17 @@ def _mig_cards(config: DaemonConfig, backend: GpuBackend, gpus: tuple[GpuInfo, .
     return cards
 
 
+def _mps_daemons(
+    config: DaemonConfig, gpus: tuple[GpuInfo, ...], health: HealthState, supervisor: Supervisor
+) -> MpsDaemons | None:
+    """An mps vGPU node's control daemons, one per GPU (docs/mps.md)."""
+    if config.gpu_strategy != "vgpu" or config.vgpu_mode != keys.MODE_MPS:
+        return None
+    control = MpsControl(config.mps_control, MpsRoot(config.mps_root))
+    uuids = tuple(gpu.uuid for gpu in gpus)
+    return MpsDaemons(control, uuids, health, managed=not config.mps_sidecar, supervisor=supervisor)
+
+
 @dataclass
 class GpuSide:
     """The backend, the enumerated GPUs and their health: kept across plugin reloads."""
@@ -126,6 +138,7 @@ class GpuSide:
     health: HealthState
     monitor: HealthMonitor
     mig: MigCards | None = None  # a mig vGPU node's cards
+    mps: MpsDaemons | None = None  # an mps vGPU node's control daemons
 
     @classmethod
     def start(cls, config: DaemonConfig, env: Mapping[str, str], supervisor: Supervisor) -> GpuSide:
@@ -162,9 +175,14 @@ class GpuSide:
             backend, health, XidPolicy.from_env(env), config.health_recovery_period, supervisor=supervisor
         )
         monitor.start()
-        return cls(backend, gpus, health, monitor, mig)
+        mps = _mps_daemons(config, gpus, health, supervisor)
+        if mps is not None:
+            mps.start()  # after the monitor: both mark the same health
+        return cls(backend, gpus, health, monitor, mig, mps)
 
     def stop(self) -> None:
+        if self.mps is not None:
+            self.mps.stop()
         self.monitor.stop()
         self.backend.close()
 
@@ -313,6 +331,7 @@ def _allocator(
         config.vgpu_disable_core_limit,
         api,
         gpu.mig,
+        gpu.mps,
     )
     allocator = family.allocator(devices, parts)
     if isinstance(allocator, PodAllocator) and services.releaser is not None:
@@ -471,12 +490,14 @@ def configure_logging(config: DaemonConfig) -> None:
 
 def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
     mig = config.gpu_strategy == "vgpu" and config.vgpu_mode == keys.MODE_MIG
+    mps = config.gpu_strategy == "vgpu" and config.vgpu_mode == keys.MODE_MPS
     return (
         config.fake_gpus,
         config.fake_gpu_events,
         config.health_recovery_period,
         config.exclude_gpus,
         (config.vgpu_mig_geometries,) if mig else None,  # the MIG cards are checked at GpuSide.start
+        (config.mps_root, config.mps_control, config.mps_sidecar) if mps else None,  # its daemons too
     )
 
 

@@ -9,6 +9,7 @@ from deviceplugin.fit import keys
 from deviceplugin.fit.families import family_of
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
+from deviceplugin.gpu.mps import MpsDaemons
 from deviceplugin.kube.node import NodeState
 from deviceplugin.plugin.allocate import AccountingAllocator, Allocator
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout, Resource
@@ -60,7 +61,8 @@ class ShareNode(NumberNode):
 class VgpuNode:
     """HAMi's vGPU resources: count and memory matched to the pod's `devices-to-allocate`, cores
     accounted only; every GPU described in `volcano.sh/node-vgpu-register` with the node's
-    operating mode (`hami-core`, or `mig`: containers get MIG devices, docs/mig.md)."""
+    operating mode (`hami-core`; `mig`: containers get MIG devices, docs/mig.md; `mps`: containers
+    share each GPU through its MPS control daemon, docs/mps.md)."""
 
     strategy: Strategy = "vgpu"
     answers_handshake = True
@@ -70,7 +72,7 @@ class VgpuNode:
 
     @property
     def uses_hook(self) -> bool:
-        return self.mode == keys.MODE_HAMI_CORE  # a MIG container gets no HAMi-core
+        return self.mode == keys.MODE_HAMI_CORE  # a MIG or MPS container gets no HAMi-core
 
     @property
     def resources(self) -> tuple[Resource, ...]:
@@ -95,6 +97,7 @@ class VgpuNode:
             hook_path=parts.hook,
             disable_core_limit=parts.disable_core_limit,
             mig=self._mig(parts),
+            mps=self._mps(parts),
             **api.options,
         )
 
@@ -104,6 +107,13 @@ class VgpuNode:
         if parts.mig is None:
             raise ValueError("a mig vGPU node's allocator needs its MIG cards (AllocatorParts.mig)")
         return parts.mig
+
+    def _mps(self, parts: AllocatorParts) -> MpsDaemons | None:
+        if self.mode != keys.MODE_MPS:
+            return None
+        if parts.mps is None:
+            raise ValueError("an mps vGPU node's allocator needs its control daemons (AllocatorParts.mps)")
+        return parts.mps
 
 
 NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
+from deviceplugin.gpu.mps import MpsDaemons
 from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.node import NodeState
 from deviceplugin.kube.podcache import PodCache
@@ -46,6 +47,7 @@ class AllocatorParts:
     disable_core_limit: bool
     api: PodApi | None  # None: no Kubernetes API, so no pod can be identified
     mig: MigCards | None = None  # a mig vGPU node's cards, over the GPU backend
+    mps: MpsDaemons | None = None  # an mps vGPU node's control daemons
 
 
 class NodeFamily(Protocol):
@@ -58,7 +60,7 @@ class NodeFamily(Protocol):
     @property
     def mode(self) -> str:
         """How the node's GPUs are shared: the strategy, or a vGPU node's operating mode
-        (`hami-core`, `mig`); shown per GPU in the metrics."""
+        (`hami-core`, `mig`, `mps`); shown per GPU in the metrics."""
 
     @property
     def resources(self) -> tuple[Resource, ...]:

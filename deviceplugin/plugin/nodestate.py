@@ -43,8 +43,8 @@ def vgpu_register(
 ) -> str:
     """`UUID,split count,memory units,NVIDIA-<model>,health,<mode>:` per GPU, by index (SPEC §5).
     Memory is what the GPU offers (scaled, as HAMi registers it), so Volcano books up to that.
-    Every card carries the node's mode, as the HAMi plugin writes it: Volcano takes the last
-    card's for the whole node."""
+    Every card carries the node's mode (`hami-core`, `mig`, `mps`), as the HAMi plugin writes it:
+    Volcano takes the last card's for the whole node."""
     return encode_node_register(
         GpuState(
             index=gpu.index,

@@ -16,6 +16,8 @@ matched. `vgpu-cores` always only accounts (`allocate.AccountingAllocator`).
 On a `mig` node (docs/mig.md) each device of a slot is a MIG slot `GPU-<uuid>[<group>-<pos>]`:
 the container gets that slot's MIG device (`plugin.vgpumig`, the card partitioned into the group
 first when it holds no pod) as `NVIDIA_VISIBLE_DEVICES=MIG-<uuid>`, and nothing of HAMi-core.
+On an `mps` node (docs/mps.md) a slot is one whole GPU, shared through its MPS control daemon
+(`plugin.vgpumps`): the MPS client's env and mounts, and again nothing of HAMi-core.
 
 Unlike the upstream plugin, the container is matched by name (not by slot position among all
 containers), a pod with two vGPU containers works, a memory-only container gets its GPU, and a
@@ -40,10 +42,11 @@ from deviceplugin.fit.model import Assigned
 from deviceplugin.fit.vgpu_slots import SlotOwner, vgpu_slot_owners
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
+from deviceplugin.gpu.mps import MpsDaemons, MpsError
 from deviceplugin.kube.events import EventRecorder
 from deviceplugin.kube.podcache import PodCache
 from deviceplugin.ledger import Allocation, GpuShare, Key, Ledger, Patch
-from deviceplugin.plugin import hook
+from deviceplugin.plugin import hook, vgpumps
 from deviceplugin.plugin.allocate import AllocateError, Placement, PodAllocator, as_written
 from deviceplugin.plugin.devices import DeviceList
 from deviceplugin.plugin.pending import (
@@ -320,15 +323,20 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         hook_path: hook.HookPath,
         disable_core_limit: bool = False,
         mig: MigCards | None = None,
+        mps: MpsDaemons | None = None,
         **options: Any,
     ) -> None:
-        self.mig = mig  # a mig node's cards; None: hami-core
-        self.mode = keys.MODE_HAMI_CORE if mig is None else keys.MODE_MIG
+        self.mig = mig  # a mig node's cards
+        self.mps = mps  # an mps node's control daemons; neither: hami-core
+        self.mode = keys.MODE_HAMI_CORE
+        if mig is not None or mps is not None:
+            self.mode = keys.MODE_MIG if mig is not None else keys.MODE_MPS
         super().__init__(devices, health, pods, ledger, events, **options)
         self.hook = hook_path
         self._by_uuid = {gpu.uuid: gpu for gpu in self.devices.gpus}
         self._rebuilding = False  # `rebuilt` runs: the cards are read, never partitioned
-        if mig is None:  # a MIG device may not exist before its Allocate: nothing is made ahead
+        if self.mode == keys.MODE_HAMI_CORE:  # a MIG device may not exist before its Allocate, and an
+            # MPS answer sets the daemon's limits: nothing is made ahead
             pods.add_listener(self._on_pod)  # after `pending`'s: it reads the pod as a candidate
         # What every container's response shares, built once (the request path builds only
         # what names the pod; the library is still looked for on every call).
@@ -444,6 +452,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
             return pb.ContainerAllocateResponse()
         if self.mig is not None:
             return self._mig_response(self.mig, pod, need)
+        if self.mps is not None:
+            return self._mps_response(self.mps, pod, need)
         if not os.path.isfile(self._library):
             raise AllocateError(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -501,13 +511,46 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         response.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         return response
 
+    def _mps_response(
+        self, daemons: MpsDaemons, pod: VgpuPod, need: ContainerNeed
+    ) -> pb.ContainerAllocateResponse:
+        """The container's one GPU through its MPS control daemon, whose limits are raised first to
+        cover it: refused, with the daemon's answer, when the daemon does not take them."""
+        where = f"pod {pod.display} container {need.name!r}"
+        devices = self._devices(pod, need)
+        if len(devices) != 1:
+            raise AllocateError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "mps-one-gpu",
+                f"{where}: {keys.DEVICES_TO_ALLOCATE} gives it {len(devices)} GPUs; on an mps node a "
+                "container gets one (a CUDA process connects to one MPS control daemon, one per GPU)",
+                pod,
+            )
+        (device,) = devices
+        uuid = physical_uuid(device.uuid)
+        memory = self.devices.layout.mib(device.memory)
+        percent = vgpumps.thread_percentage(device.cores)
+        if not self._rebuilding:  # a rebuilt row's container runs already, under limits set before
+            memory_cap, percent_cap = vgpumps.ceiling(uuid, memory, percent, self.ledger.active())
+            try:
+                daemons.ceiling(uuid, memory_cap, percent_cap)
+            except MpsError as err:
+                raise AllocateError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "mps-down",
+                    f"{where}: the MPS control daemon of GPU {uuid} does not take its limits: {err}",
+                    pod,
+                ) from None
+        return vgpumps.response(daemons, uuid, memory, percent)
+
     def _holds_pods(self, uuid: str) -> bool:
         """Whether a live allocation (of any vGPU resource) holds the card."""
         return any(usage.uuid == uuid and usage.pods for usage in self.ledger.usage_by_gpu())
 
     def rebuilt(self, pod: Obj, container: str, device_ids: Sequence[str]) -> Allocation:
         """As `PodAllocator.rebuilt`; on a mig node the card must still hold the slot's group (a
-        container that holds devices runs on it): it is never repartitioned for a rebuilt row."""
+        container that holds devices runs on it): it is never repartitioned for a rebuilt row; on an
+        mps node the daemon's limits are left as they are."""
         self._rebuilding = True  # under `_lock`, as every Allocate
         try:
             return super().rebuilt(pod, container, device_ids)
@@ -516,7 +559,7 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
 
     def _prepare(self, placement: Placement) -> None:
         assert isinstance(placement.pod, VgpuPod)
-        if self.mig is None and placement.need.name not in placement.pod.accounting:
+        if self.mode == keys.MODE_HAMI_CORE and placement.need.name not in placement.pod.accounting:
             self.hook.container_dir(placement.pod.uid, placement.need.name)
 
     def _as_written(self, pod: Obj) -> Obj:

@@ -8,9 +8,10 @@ they are mounted as:
   or empty value means "not set" as it does there.
 
 Every field becomes a daemon option, is accepted with a note saying why a node plugin has nothing
-to do for it, or is refused with its name. `operatingmode` `mig` (dynamic MIG, docs/mig.md) and
-`knownMigGeometries` become `--vgpu-mode` and `--vgpu-mig-geometries`; MPS and NVIDIA's static MIG
-resources (`migstrategy`) are not run by this plugin yet and are refused on the node that asks.
+to do for it, or is refused with its name. `operatingmode` (`hami-core`; `mig`, dynamic MIG,
+docs/mig.md; `mps`, docs/mps.md) and `knownMigGeometries` become `--vgpu-mode` and
+`--vgpu-mig-geometries`; NVIDIA's static MIG resources (`migstrategy`) are not run by this plugin
+yet and are refused on the node that asks.
 """
 
 from __future__ import annotations
@@ -274,11 +275,6 @@ def read_node_config(path: Path, node_name: str) -> Reading:
             {}, (f"no nodeconfig entry names node {node_name}: device-config.yaml and the defaults apply",)
         )
     (entry,) = mine
-    if entry.mode == keys.MODE_MPS:
-        raise UpstreamError(
-            f"{entry.where}.operatingmode: {entry.mode!r} is not supported yet: this plugin runs "
-            f"{keys.MODE_HAMI_CORE} or {keys.MODE_MIG}"
-        )
     settings = dict(entry.settings)
     if entry.mode:
         settings["vgpu-mode"] = (entry.mode, f"{entry.where}.operatingmode")
