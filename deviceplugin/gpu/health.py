@@ -69,11 +69,18 @@ class XidPolicy:
         return not self.disabled_all and xid not in self.ignored
 
 
+DRIVER = "driver"  # the default source of faults: NVML's events and probes (HealthMonitor)
+
+
 class HealthState:
-    """Health of every GPU (by UUID) with a version number; waiters wake on each change."""
+    """Health of every GPU (by UUID) with a version number; waiters wake on each change. Each
+    source of faults (the driver's events, an MPS control daemon) marks a GPU on its own: it is
+    healthy while no source holds it unhealthy, so one source's recovery never hides another's
+    fault."""
 
     def __init__(self, uuids: tuple[str, ...]) -> None:
         self._healthy = dict.fromkeys(uuids, True)
+        self._faults: dict[str, set[str]] = {uuid: set() for uuid in uuids}  # sources holding it down
         self._version = 0
         self._wakes = 0
         self._changed = threading.Condition()
@@ -83,10 +90,17 @@ class HealthState:
         with self._changed:
             return self._version, dict(self._healthy)
 
-    def set(self, uuids: tuple[str, ...], healthy: bool, reason: str) -> None:
-        """Mark GPUs; bumps the version and wakes waiters only when something changed."""
+    def set(self, uuids: tuple[str, ...], healthy: bool, reason: str, *, source: str = DRIVER) -> None:
+        """Mark GPUs as `source` sees them; bumps the version and wakes waiters only when a GPU's
+        health (no source holding it down) changed."""
         with self._changed:
-            flipped = tuple(u for u in uuids if u in self._healthy and self._healthy[u] != healthy)
+            for uuid in uuids:
+                faults = self._faults.get(uuid)
+                if faults is not None:
+                    (faults.discard if healthy else faults.add)(source)
+            flipped = tuple(
+                u for u in uuids if u in self._healthy and self._healthy[u] != (not self._faults[u])
+            )
             if not flipped:
                 return
             for uuid in flipped:

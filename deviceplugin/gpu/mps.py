@@ -26,6 +26,7 @@ from deviceplugin.worker import Worker
 
 log = get_log(__name__)
 
+MPS = "mps"  # this module's source of faults in HealthState: an Xid's own mark is not cleared by it
 CHECK_S = 0.5  # how often each daemon is asked whether it answers
 COMMAND_TIMEOUT_S = 10.0  # a daemon that takes longer to answer one command is down
 QUERY = "get_default_active_thread_percentage"  # harmless; NVIDIA's plugin checks with it too
@@ -175,13 +176,13 @@ class MpsDaemons:
         if problem is None:
             self._retries[uuid].succeeded()
             if was is not True:
-                self.health.set((uuid,), healthy=True, reason="its MPS control daemon answers")
+                self.health.set((uuid,), healthy=True, reason="its MPS control daemon answers", source=MPS)
             return
         if was is not False:
             retry = "restarting it" if self.managed else "started by a sidecar: waiting for it"
             log.error("mps control daemon down", gpu=uuid, error=problem, then=retry)
             reason = f"its MPS control daemon does not answer: {problem}"
-            self.health.set((uuid,), healthy=False, reason=reason)
+            self.health.set((uuid,), healthy=False, reason=reason, source=MPS)
 
     def _run(self) -> None:
         while not self._worker.stopping.wait(CHECK_S):

@@ -209,3 +209,21 @@ def test_wake_returns_a_waiter_without_a_change() -> None:
     threading.Thread(target=waiter, daemon=True).start()
     assert wait_for(woken)  # long before its hour
     assert state.snapshot()[0] == version
+
+
+def test_one_sources_recovery_does_not_hide_anothers_fault() -> None:
+    """An MPS control daemon coming back does not make a GPU the driver reported faulty healthy,
+    nor does the driver's recovery hide a control daemon that is still down."""
+    state = HealthState(("GPU-a",))
+    flips: list[tuple[bool, str]] = []
+    state.add_listener(lambda _uuid, healthy, reason: flips.append((healthy, reason)))
+    state.set(("GPU-a",), False, "Xid 79")
+    state.set(("GPU-a",), False, "control daemon down", source="mps")
+    state.set(("GPU-a",), True, "control daemon answers", source="mps")
+    assert state.snapshot()[1] == {"GPU-a": False}  # the Xid still holds it
+    state.set(("GPU-a",), False, "control daemon down", source="mps")
+    state.set(("GPU-a",), True, "probe passed")
+    assert state.snapshot()[1] == {"GPU-a": False}  # the control daemon still does
+    state.set(("GPU-a",), True, "control daemon answers", source="mps")
+    assert state.snapshot()[1] == {"GPU-a": True}
+    assert flips == [(False, "Xid 79"), (True, "control daemon answers")]
