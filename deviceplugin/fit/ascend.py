@@ -13,7 +13,10 @@ A card is a `GpuState` (uuid = chip ID, memory = `devmem`, split_count = `count`
   at most one container of a pod, and the node's score sums the first card of each container.
 
 compat="volcano" keeps Volcano's quirks; the default fixes them (docs/ascend.md): memory above the
-chip's capacity is refused (Volcano books 0 MiB and binds it as `vir01`), unhealthy cards are not
+chip's capacity is refused (Volcano books 0 MiB and binds it as `vir01`), and so is a card
+registering more memory than that capacity for a template pod (Volcano books its whole card as
+0 MiB, a `vir01`: HAMi's device plugin registers its own `memoryAllocatable`, so such a card comes
+from a plugin configured for another chip, whose templates are not these), unhealthy cards are not
 used (Volcano ignores health), tied cards are taken in registration order (Volcano: Go's map
 order, i.e. at random), and malformed quantities are refused (Volcano reads them as 0).
 """
@@ -247,6 +250,16 @@ def _need(request: ContainerRequest, chip: VnpuChip, first: GpuState, hami_core:
     return goint.int32(memory) if volcano else memory
 
 
+def _oversized_note(cards: Sequence[GpuState], chip: VnpuChip) -> str:
+    """Why the cards registering more than the chip's capacity were left out (empty: none were)."""
+    return "".join(
+        f"; card {card.uuid} registers {card.memory} MiB, above the {chip.memory_capacity} MiB "
+        f"memoryCapacity of {chip.common_word} (its device plugin is configured for another chip): "
+        "no template pod is placed on it"
+        for card in cards
+    )
+
+
 def fit_ascend(
     cards: Sequence[GpuState],
     pod: objects.Obj,
@@ -264,11 +277,16 @@ def fit_ascend(
     policy_name = check_policy(policy, volcano)
     hami_core = is_hami_core(pod)
     word = chip.common_word
-    order = card_order(cards, policy_name, volcano, shuffle)
+    oversized = [] if volcano or hami_core else [card for card in cards if card.memory > chip.memory_capacity]
+    usable_cards = [card for card in cards if card.memory <= chip.memory_capacity] if oversized else cards
+    order = card_order(usable_cards, policy_name, volcano, shuffle)
+    why_not = _oversized_note(oversized, chip)
     if not order:
-        usable = "" if volcano or not cards else " healthy"
+        usable = "" if volcano or not cards else " usable" if oversized else " healthy"
         return AscendFit(
-            ok=False, reason=f"no{usable} {word} card is registered on the node", hami_core=hami_core
+            ok=False,
+            reason=f"no{usable} {word} card is registered on the node{why_not}",
+            hami_core=hami_core,
         )
     chosen: set[str] = set()
     devices: list[tuple[Assigned, ...]] = []
@@ -293,7 +311,7 @@ def fit_ascend(
             return AscendFit(
                 ok=False,
                 reason=f"container {request.name!r}: {len(taken)} of the {request.nums} {word} cards it "
-                f"needs have {memory} MiB and {request.cores} cores free ({mode} mode)",
+                f"needs have {memory} MiB and {request.cores} cores free ({mode} mode){why_not}",
                 hami_core=hami_core,
             )
         chosen.update(card.uuid for card in taken)

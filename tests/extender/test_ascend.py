@@ -314,6 +314,30 @@ def test_an_ascend_request_that_cannot_be_served_is_an_error_by_default(
     assert _stored(apiserver, "p")["huawei.com/Ascend310P"] == '[{"UUID":"NPU-A","temp":"vir01"}]'
 
 
+@pytest.mark.parametrize("compat", BOTH)
+def test_a_card_registering_more_than_the_chips_capacity(
+    apiserver: ApiServerEmulator, start_extender: StartExtender, compat: Compat
+) -> None:
+    # HAMi's device plugin registers its configured memoryAllocatable: 30000 MiB is another chip's
+    # configuration. Volcano books the whole card as 0 MiB and binds it as vir01; the default refuses
+    # the node, naming the card, its memory and the capacity.
+    big = registration("BIG-A").replace('"devmem":21527', '"devmem":30000')
+    apiserver.create("nodes", npu_node("node-a", "BIG-A", annotations={REGISTER: big}))
+    ext = start_extender(**_serving(compat))
+    pod = create_pod(apiserver, npu_pod("p", {COUNT: "1"}))
+    result = ext.client.filter(pod, ["node-a"])
+    if compat is None:
+        assert result["NodeNames"] == []
+        reason = result["FailedNodes"]["node-a"]
+        assert "card BIG-A registers 30000 MiB, above the 24576 MiB memoryCapacity of Ascend310P" in reason
+        return
+    assert result["NodeNames"] == ["node-a"]
+    assert ext.client.bind(pod, "node-a") == ""
+    notes = _stored(apiserver, "p")
+    assert notes[ALLOCATED] == "BIG-A,Ascend310P,0,0:;"
+    assert notes["huawei.com/Ascend310P"] == '[{"UUID":"BIG-A","temp":"vir01"}]'
+
+
 # --- configuration -------------------------------------------------------------------------------
 
 

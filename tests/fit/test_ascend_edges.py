@@ -95,6 +95,58 @@ def test_one_mib_books_the_smallest_template(compat: Compat) -> None:
     assert _booked(_fit([card("NPU-A")], npu_pod("p", {COUNT: "1", MEMORY: "1"}), compat)) == [3072]
 
 
+# --- a card registering more memory than the chip's capacity ---------------------------------
+# HAMi's device plugin registers its configured memoryAllocatable as every card's devmem, so a card
+# above the scheduler's memoryCapacity comes from a plugin configured for another chip.
+
+OVERSIZED = "; card BIG-A registers 30000 MiB, above the 24576 MiB memoryCapacity of Ascend310P (its device "
+OVERSIZED += "plugin is configured for another chip): no template pod is placed on it"
+
+
+def test_volcano_books_the_whole_of_an_oversized_card_as_0_mib_bound_as_vir01() -> None:
+    """trimMemory(30000) is 0 above the 24576 MiB capacity, and the bind names trimMemory(0): vir01."""
+    result = _fit([card("BIG-A", memory=30000)], npu_pod("p", {COUNT: "1"}), "volcano")
+    assert _booked(result) == [0]
+    notes = FAMILY.bind_annotations(result, "node-a", NOW_NS, "volcano")
+    assert (notes[ALLOCATED], notes["huawei.com/Ascend310P"]) == (
+        "BIG-A,Ascend310P,0,0:;",
+        '[{"UUID":"BIG-A","temp":"vir01"}]',
+    )
+
+
+def test_volcano_refuses_several_oversized_cards_as_partial_memory() -> None:
+    """verifyReq trims the already trimmed 0 MiB again: vir01, not the whole card."""
+    cards = [card("BIG-A", memory=30000), card("BIG-B", index=1, memory=30000)]
+    result = _fit(cards, npu_pod("p", {COUNT: "2"}), "volcano")
+    assert not result.ok and "must be whole cards" in result.reason
+
+
+@pytest.mark.parametrize("limits", [{COUNT: "1"}, {COUNT: "2"}, {COUNT: "1", MEMORY: "3072"}])
+def test_the_default_places_no_template_pod_on_an_oversized_card_and_says_why(limits: dict[str, str]) -> None:
+    result = _fit([card("BIG-A", memory=30000)], npu_pod("p", limits), None)
+    assert not result.ok
+    assert result.reason == "no usable Ascend310P card is registered on the node" + OVERSIZED
+
+
+def test_the_default_serves_a_whole_card_from_the_consistent_cards_beside_an_oversized_one() -> None:
+    cards = [card("BIG-A", memory=30000), card("NPU-B", index=1)]
+    result = _fit(cards, npu_pod("p", {COUNT: "1"}), None)
+    assert [device.uuid for devices in result.devices for device in devices] == ["NPU-B"]
+    assert _booked(result) == [21527]
+    short = _fit(cards, npu_pod("p", {COUNT: "2"}), None)
+    assert short.reason == (
+        "container 'c0': 1 of the 2 Ascend310P cards it needs have 21527 MiB and 0 cores free (template mode)"
+        + OVERSIZED
+    )
+
+
+@pytest.mark.parametrize("compat", BOTH)
+def test_a_hami_core_pod_books_an_oversized_card_as_registered(compat: Compat) -> None:
+    """hami-core memory is exact and never trimmed to a template: the capacity does not apply."""
+    big = [card("BIG-A", memory=30000, hami_core=True)]
+    assert _booked(_fit(big, npu_pod("p", {COUNT: "1"}, annotations=MODE), compat)) == [30000]
+
+
 # --- cards -----------------------------------------------------------------------------------
 
 
