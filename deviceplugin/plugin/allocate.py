@@ -112,8 +112,7 @@ class AllocationStats:
 
     @contextlib.contextmanager
     def waiting_for(self, resource: str) -> Iterator[None]:
-        """Counts a call waiting for its pod to reach the pod cache (or for the ledger's rebuild)
-        while the block runs."""
+        """Counts a call waiting for its pod to reach the pod cache while the block runs."""
         with self._waiting_lock:
             self._waiting[resource] += 1
         try:
@@ -235,13 +234,10 @@ class PodAllocator(Generic[P]):
         stats: AllocationStats | None = None,
         on_outbox: Callable[[], None] = lambda: None,
         pod_resources: Path | None = None,
-        ledger_ready: threading.Event | None = None,
     ) -> None:
         self.devices = devices
         self.resource = devices.resource.name
         self.health = health
-        # Set once a ledger to rebuild is rebuilt (`Releaser.ready`); None: nothing to wait for.
-        self.ledger_ready = ledger_ready
         self.pods = pods
         self.ledger = ledger
         self.events = events
@@ -442,26 +438,9 @@ class PodAllocator(Generic[P]):
         self, device_ids: Sequence[str], deadline: float
     ) -> tuple[pb.ContainerAllocateResponse, str]:
         kubelet_gpus = check_ids(self.devices, device_ids)
-        self._await_ledger(deadline)
         while (answer := self._serve(device_ids, kubelet_gpus, deadline)) is None:
             self._await_candidate(len(device_ids), deadline)
         return answer
-
-    def _await_ledger(self, deadline: float) -> None:
-        """Wait (bounded) for a ledger being rebuilt: a container served before the rebuild could
-        otherwise be taken for one still waiting."""
-        ready = self.ledger_ready
-        if ready is None or ready.is_set():
-            return
-        with self.stats.waiting_for(self.resource):
-            if ready.wait(max(0.0, deadline - time.monotonic())):
-                return
-        raise AllocateError(
-            grpc.StatusCode.UNAVAILABLE,
-            "ledger-rebuilding",
-            f"node {self.node_name}: the ledger is being rebuilt from the API server and kubelet's "
-            f"records (it was missing or unusable at start); waited {self.timeout_s:g}s",
-        )
 
     def _serve(
         self, device_ids: Sequence[str], kubelet_gpus: Sequence[GpuInfo], deadline: float

@@ -320,7 +320,6 @@ def _allocator(
             "stats": services.stats,
             "on_outbox": kube.outbox.wake,
             "pod_resources": config.pod_resources_socket,  # tells apart pods asking the same count
-            "ledger_ready": services.releaser.ready if services.releaser else None,
         }
         api = PodApi(kube.pods, kube.events, options)
     parts = AllocatorParts(
@@ -414,6 +413,13 @@ class Services:
                 api, config, gpu, layout, self.ledger, family=family, supervisor=self.supervisor
             )
         )
+        rebuild = self._rebuilder(config)
+        # The API side starts after the first Register (loading the client imports the kubernetes
+        # package: most of the start-up time, bench/startup.py): kubelet lists the devices
+        # meanwhile, and an Allocate waits for its pod as it does on a cache not yet synced. Not
+        # when a ledger must be rebuilt: that reads the API, and must end before kubelet calls.
+        if self.kube is not None and rebuild is not None:
+            self._start_kube(self.kube, config)
         self.releaser = Releaser(
             self.ledger,
             self.kube.pods if self.kube else None,
@@ -422,7 +428,7 @@ class Services:
             grace_s=config.release_grace_period,
             on_released=self._on_released if family.uses_hook else lambda _uid: None,
             supervisor=self.supervisor,
-            rebuild=self._rebuilder(config),
+            rebuild=rebuild,
         )
         servers = [
             PluginServer(
@@ -431,6 +437,7 @@ class Services:
             )
             for resource in family.resources
         ]
+        self.releaser.start()  # after the allocators joined it (a rebuild needs them), before kubelet calls
         self.registrar = Registrar(
             servers,
             config.kubelet_socket,
@@ -442,17 +449,15 @@ class Services:
         except (OSError, RuntimeError, grpc.RpcError) as err:
             self.stop()
             raise StartupError(f"cannot serve in {config.device_plugin_dir}: {err}") from None
-        # The API side starts after the first Register (loading the client imports the kubernetes
-        # package: most of the start-up time, bench/startup.py): kubelet lists the devices
-        # meanwhile, and an Allocate waits for its pod as on a cache not yet synced, and for a
-        # ledger being rebuilt (`Releaser.ready`).
-        if self.kube is not None:
-            try:
-                self.kube.start(config)
-            except StartupError:
-                self.stop()
-                raise
-        self.releaser.start()  # after the allocators joined it: a rebuild needs them
+        if self.kube is not None and rebuild is None:
+            self._start_kube(self.kube, config)
+
+    def _start_kube(self, kube: KubeSide, config: DaemonConfig) -> None:
+        try:
+            kube.start(config)
+        except StartupError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for part in (self.registrar, self.releaser, self.kube):

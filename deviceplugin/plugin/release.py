@@ -9,14 +9,13 @@ which give rows kubelet's records show under another container to that container
 (`PodAllocator.reconcile`); while a pod has a row they have yet to confirm, only that check
 releases it (its devices may be another pod's container's), unless `List` never answered. A
 ledger `Ledger.open` replaced is rebuilt from the first `List` that answers once the pod cache
-has synced (`recover`): tried at `start` (Allocates wait for it: `ready`), then by every pass
-until done.
+has synced (`recover`): tried at `start`, before the daemon registers with kubelet, then by
+every pass until done.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Sequence, Set
 from pathlib import Path
@@ -90,11 +89,6 @@ class Releaser:
         self._answered: bool | None = None
         self._reconcilers: list[Reconciler] = []
         self._rebuild = rebuild  # pending until a `List` answers with the pod cache synced
-        # Set once the rebuild at `start` was tried (or at once: nothing to rebuild); Allocates
-        # wait for it (`PodAllocator.ledger_ready`).
-        self.ready = threading.Event()
-        if rebuild is None or pods is None:
-            self.ready.set()
         self._worker = Worker("release", self._run, supervisor=supervisor)
         if pods is not None:
             pods.add_listener(self.on_pod)
@@ -178,12 +172,11 @@ class Releaser:
         self._absent_since = {key: since for key, since in self._absent_since.items() if key in live}
 
     def start(self) -> None:
-        """Start the loop; a ledger rebuild is tried first, here, and `ready` set after it: an
-        Allocate must not take a container served before for one waiting."""
+        """Start the loop; a ledger rebuild is tried first, here: the daemon registers with kubelet
+        after this, and an Allocate must not take a container served before for one waiting."""
         if self._rebuild is not None and self.pods is not None:
             self.pods.wait_synced(REBUILD_WAIT_S)
             self.check_with_kubelet()
-        self.ready.set()
         self._worker.start()
 
     def stop(self) -> None:

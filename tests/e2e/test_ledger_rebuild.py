@@ -97,11 +97,6 @@ def test_a_corrupt_share_ledger_is_moved_aside_and_rebuilt(
     spoil(state / "ledger.db")
     spoiled = (state / "ledger.db").read_bytes()
     daemon = share.launch(start, apiserver, kubelet, workdir)
-    # Registered, maybe before the rebuild ended: an Allocate now waits for it and gets the answer
-    # the container got before.
-    assert (
-        kubelet.reallocate(first.pod.uid, "cuda", share.MEM) == first.allocation("cuda", share.MEM).response
-    )
 
     (aside,) = moved_aside(state)
     assert aside.read_bytes() == spoiled
@@ -112,6 +107,9 @@ def test_a_corrupt_share_ledger_is_moved_aside_and_rebuilt(
     assert "2 could not be: " in message, message
     assert "pod ml/changed container 'cuda': no volcano.sh/gpu-index annotation" in message, message
     assert "pod ml/gone container 'cuda': the API server binds no such pod to node node-1" in message
+    assert (
+        kubelet.reallocate(first.pod.uid, "cuda", share.MEM) == first.allocation("cuda", share.MEM).response
+    )
     apiserver.faults.clear(refusing)
     eventually(lambda: share.assigned(apiserver, "unsent"), daemon)
     assert vgpu.get(daemon.metrics_url() + "/readyz") == (200, "ok\n")

@@ -171,31 +171,6 @@ def test_a_pod_arriving_during_the_wait_is_served(share: Rig) -> None:
     assert [a.pod_name for a in share.ledger.active()] == ["late-comer"]
 
 
-def test_an_allocate_during_a_ledger_rebuild_waits_for_it_and_is_then_served(share: Rig) -> None:
-    """The daemon registers before a ledger lost at start is rebuilt: an Allocate that comes
-    meanwhile is answered only once the rebuild ended, from what it put back."""
-    share.allocator.timeout_s = 60.0  # far longer than the test: the rebuild ends during the wait
-    share.allocator.ledger_ready = rebuilt = threading.Event()
-    share.pod("p", [("c", 32)])
-    served: list[pb.ContainerAllocateResponse] = []
-    call = threading.Thread(target=lambda: served.append(share.allocator.allocate(ids(0, 0, 32))))
-    call.start()
-    assert wait_for(lambda: share.allocator.stats.waiting() == {MEM: 1}, WAIT_S)
-    assert share.ledger.active() == []  # waiting: not served, though its pod is cached
-    rebuilt.set()
-    call.join()
-    assert len(served) == 1
-    assert [a.pod_name for a in share.ledger.active()] == ["p"]
-
-
-def test_an_allocate_is_refused_when_the_ledger_rebuild_outlasts_its_deadline(share: Rig) -> None:
-    share.allocator.ledger_ready = threading.Event()  # never set: the rebuild still runs
-    share.pod("p", [("c", 32)])
-    fails(share, ids(0, 0, 32), grpc.StatusCode.UNAVAILABLE, "the ledger is being rebuilt", "waited 1s")
-    assert share.ledger.active() == []
-    assert share.allocator.stats.failures["ledger-rebuilding"] == 1
-
-
 # --- repeats, parallelism, no API calls ----------------------------------------------------
 
 

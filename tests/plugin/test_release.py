@@ -266,8 +266,8 @@ def test_the_loop_releases_rows_of_pods_gone_unseen_until_stopped(share: Rig, tm
 def test_a_replaced_ledger_is_rebuilt_once_from_the_first_list_with_the_cache_synced(
     share: Rig, tmp_path: Path
 ) -> None:
-    """Tried at start (Allocates wait for it: `ready`), and by each pass until kubelet answers
-    with the pod cache synced; then never again."""
+    """Tried at start, before the daemon registers with kubelet, and by each pass until kubelet
+    answers with the pod cache synced; then never again."""
     reports: list[str] = []
     socket = tmp_path / "pr.sock"
 
@@ -283,19 +283,13 @@ def test_a_replaced_ledger_is_rebuilt_once_from_the_first_list_with_the_cache_sy
     with KubeletEmulator(tmp_path / "dp", pod_resources_socket=socket):
         unsynced.check_with_kubelet()  # kubelet answers, but which pods are bound here is not known
         assert reports == []
-        assert not loop.ready.is_set()
         loop.start()
         try:
             assert len(reports) == 1 and "0 allocation(s) rebuilt" in reports[0]  # done before start returned
-            assert loop.ready.is_set()
             loop.check_with_kubelet()
         finally:
             loop.stop()
     assert len(reports) == 1
-
-
-def test_with_no_ledger_to_rebuild_allocates_wait_for_nothing(share: Rig, tmp_path: Path) -> None:
-    assert releaser(share, tmp_path / "pr.sock").ready.is_set()  # before start: kubelet may call first
 
 
 def test_a_failed_correction_does_not_stop_the_release_of_unlisted_rows(
