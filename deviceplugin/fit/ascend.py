@@ -27,9 +27,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from deviceplugin.fit import goint, objects
+from deviceplugin.fit import amounts, goint, objects
 from deviceplugin.fit.ascend_config import VnpuChip
-from deviceplugin.fit.errors import QuantityError, RequestError
+from deviceplugin.fit.errors import RequestError
 from deviceplugin.fit.model import (
     BINPACK,
     SPREAD,
@@ -41,7 +41,7 @@ from deviceplugin.fit.model import (
     check_policy,
     is_volcano_compat,
 )
-from deviceplugin.fit.quantity import go_quantity_as_int64, quantity_as_int64
+from deviceplugin.fit.quantity import go_quantity_as_int64
 
 VNPU_MODE = "huawei.com/vnpu-mode"  # pod annotation
 HAMI_CORE = "hami-core"  # its value for the soft split, and a hami-core card's mode
@@ -86,17 +86,11 @@ def trim_memory(chip: VnpuChip, memory: int) -> tuple[int, str]:
 # --- requests ----------------------------------------------------------------------------------
 
 
-def _given(container: objects.Obj, name: str) -> object | None:
-    limits = objects.limits(container)
-    return limits[name] if name in limits else objects.requests(container).get(name)
-
-
 def _volcano_request(container: objects.Obj, chip: VnpuChip) -> ContainerRequest | None:
     """`devices.ExtractResourceRequest`: AsInt64 wrapped to int32, 0 where AsInt64 refuses."""
 
     def amount(name: str) -> int:
-        raw = _given(container, name)
-        return 0 if raw is None else goint.int32(go_quantity_as_int64(raw) or 0)
+        return amounts.volcano(container, name) or 0
 
     limits = objects.limits(container)
     if chip.resource_name in limits:
@@ -116,25 +110,12 @@ def _volcano_request(container: objects.Obj, chip: VnpuChip) -> ContainerRequest
     )
 
 
-def _whole(container: objects.Obj, name: str, where: str) -> int | None:
-    raw = _given(container, name)
-    if raw is None:
-        return None
-    try:
-        value = quantity_as_int64(raw)
-    except QuantityError as err:
-        raise RequestError(f"{where}: {name}: {err}") from None
-    if value is None or value < 0:
-        raise RequestError(f"{where}: {name} must be a non-negative whole number, not {raw!r}")
-    return value
-
-
 def _strict_request(
     container: objects.Obj, chip: VnpuChip, hami_core: bool, where: str
 ) -> ContainerRequest | None:
-    count = _whole(container, chip.resource_name, where)
-    memory = _whole(container, chip.resource_memory_name, where)
-    cores = _whole(container, chip.resource_core_name, where)
+    count = amounts.strict(container, chip.resource_name, where)
+    memory = amounts.strict(container, chip.resource_memory_name, where)
+    cores = amounts.strict(container, chip.resource_core_name, where)
     limited = objects.limits(container)
     if count == 0 or (chip.resource_name not in limited and chip.resource_memory_name not in limited):
         if memory or cores or (count is None and memory is not None):

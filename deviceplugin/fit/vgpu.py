@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from deviceplugin.fit import goint, keys, objects
+from deviceplugin.fit import amounts, goint, keys, objects
 from deviceplugin.fit.codec import encode_mig_id, encode_mig_id_volcano
-from deviceplugin.fit.errors import NodeRegisterError, QuantityError, RequestError
+from deviceplugin.fit.errors import NodeRegisterError, RequestError
 from deviceplugin.fit.filters import TypeFilter, UuidFilter
 from deviceplugin.fit.mig import GroupSlot, pick_slot, pick_slot_volcano
 from deviceplugin.fit.model import (
@@ -28,28 +28,12 @@ from deviceplugin.fit.model import (
     is_volcano_compat,
 )
 from deviceplugin.fit.policy import Policy, policy_of
-from deviceplugin.fit.quantity import go_quantity_as_int64, quantity_as_int64
+from deviceplugin.fit.quantity import go_quantity_as_int64
 
 _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
 
 
 # --- request parsing -------------------------------------------------------------------------
-
-
-def _limit_or_request(container: objects.Obj, name: str) -> object | None:
-    """The quantity for `name` from the container's limits, else its requests; None if neither."""
-    if not name:
-        return None
-    limits = objects.limits(container)
-    return limits[name] if name in limits else objects.requests(container).get(name)
-
-
-def _volcano_value(container: objects.Obj, name: str) -> int | None:
-    """Volcano's reading: AsInt64 wrapped to int32; None if absent or when AsInt64 refuses the
-    value (Go then keeps its default: 0 for memory and cores, "unset" for the percentage)."""
-    raw = _limit_or_request(container, name)
-    value = None if raw is None else go_quantity_as_int64(raw)
-    return None if value is None else goint.int32(value)
 
 
 def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerRequest | None:
@@ -60,13 +44,13 @@ def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerReque
         nums = 1
     else:
         return None
-    memory = _volcano_value(container, config.memory_resource) or 0
-    percentage = _volcano_value(container, config.percentage_name(volcano=True))
+    memory = amounts.volcano(container, config.memory_resource) or 0
+    percentage = amounts.volcano(container, config.percentage_name(volcano=True))
     if percentage is None:
         percentage = _PERCENT_UNSET
     if percentage == _PERCENT_UNSET and memory == 0:
         percentage = 100
-    cores = _volcano_value(container, config.cores_resource) or 0
+    cores = amounts.volcano(container, config.cores_resource) or 0
     return ContainerRequest(
         name=objects.container_name(container),
         nums=nums,
@@ -76,26 +60,12 @@ def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerReque
     )
 
 
-def _strict_value(container: objects.Obj, name: str, where: str) -> int | None:
-    """A non-negative integer from limits, else requests; None if absent; RequestError if bad."""
-    raw = _limit_or_request(container, name)
-    if raw is None:
-        return None
-    try:
-        value = quantity_as_int64(raw)
-    except QuantityError as err:
-        raise RequestError(f"{where}: {name}: {err}") from None
-    if value is None or value < 0:
-        raise RequestError(f"{where}: {name} must be a non-negative whole number, not {raw!r}")
-    return value
-
-
 def _parse_strict(container: objects.Obj, config: VgpuConfig, where: str) -> ContainerRequest | None:
     percentage_name = config.percentage_name(volcano=False)
-    count = _strict_value(container, config.count_resource, where)
-    memory = _strict_value(container, config.memory_resource, where)
-    percentage = _strict_value(container, percentage_name, where)
-    cores = _strict_value(container, config.cores_resource, where)
+    count = amounts.strict(container, config.count_resource, where)
+    memory = amounts.strict(container, config.memory_resource, where)
+    percentage = amounts.strict(container, percentage_name, where)
+    cores = amounts.strict(container, config.cores_resource, where)
     if count == 0:
         if memory or percentage or cores:
             raise RequestError(f"{where}: {config.count_resource} is 0 but GPU memory or cores are requested")
