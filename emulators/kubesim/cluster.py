@@ -8,6 +8,7 @@ Allocate over gRPC) and reports its phase.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 from deviceplugin.extender import Extender, ExtenderConfig
 from deviceplugin.extender.config import Policy
 from deviceplugin.fit import keys, objects
+from deviceplugin.gpu.mps import MpsControl, MpsError, MpsRoot
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.plugin.devices import RESOURCES
 from kubesim import podstatus
@@ -31,7 +33,7 @@ from kubesim.apiserver.meta import rfc3339
 from kubesim.ascend import AscendNodeSpec
 from kubesim.failures import SimulationError
 from kubesim.kubelet import KubeletEmulator
-from kubesim.nodes import NodeSpec
+from kubesim.nodes import MPS_CONTROL, NodeSpec
 from kubesim.nodestatus import NodeStatusReporter
 from kubesim.scheduler import Decision, SimScheduler
 from kubesim.workloads import Gang
@@ -54,6 +56,8 @@ class SimNode:
     log: Path
     #: The node's pod network, one address per started pod (10.244.<node>.0/24, as a CNI would).
     pod_ips: Iterator[str]
+    #: An `mps` node's control daemons (the daemon starts them and leaves them running when it stops).
+    mps: MpsControl | None = None
 
     @property
     def ledger(self) -> Path:
@@ -144,6 +148,8 @@ class SimCluster:
         kubelet.start()
         status.start()
         log = directory / "daemon.log"
+        # Not below the node's directory: the control sockets (<root>/<uuid>/pipe/control) are long.
+        mps_root = self.directory / f"mps{index}"
         command = [
             sys.executable,
             "-m",
@@ -153,7 +159,7 @@ class SimCluster:
             *("--gpu-strategy", spec.strategy),
             *("--fake-gpus", str(spec.write_fake_gpus(directory / "gpus.json"))),
             *("--gpu-memory-factor", str(spec.memory_factor)),
-            *spec.daemon_options(),
+            *spec.daemon_options(mps_root),
             *("--device-plugin-dir", str(directory / "plugins")),
             *("--pod-resources-socket", str(pod_resources)),
             *("--state-dir", str(directory / "state")),
@@ -164,7 +170,8 @@ class SimCluster:
         with log.open("wb") as out:
             daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         pod_ips = (f"10.244.{index}.{host}" for host in range(2, 255))
-        return SimNode(spec, directory, kubelet, status, daemon, log, pod_ips)
+        mps = MpsControl(MPS_CONTROL, MpsRoot(mps_root)) if spec.mode == keys.MODE_MPS else None
+        return SimNode(spec, directory, kubelet, status, daemon, log, pod_ips, mps)
 
     def _wait_ready(self, node: SimNode) -> None:
         """Until kubelet streams every resource, the daemon is ready and the node's allocatable
@@ -200,6 +207,7 @@ class SimCluster:
                 node.daemon.wait(10)
             except subprocess.TimeoutExpired:
                 node.daemon.kill()
+            _stop_mps(node)
             node.kubelet.stop()
             node.status.stop()
         self.apiserver.stop()
@@ -293,6 +301,16 @@ class SimCluster:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.02)
+
+
+def _stop_mps(node: SimNode) -> None:
+    """Quit the control daemons the node's daemon left running (a GPU whose daemon never came up
+    does not answer: nothing to quit)."""
+    if node.mps is None:
+        return
+    for gpu in node.spec.gpus:
+        with contextlib.suppress(MpsError):
+            node.mps.ask(gpu.uuid, "quit")
 
 
 def _labels(name: str, gpu: bool = True) -> dict[str, str]:

@@ -16,10 +16,11 @@ requests and annotations then count units of that many MiB. Kubelet takes at mos
 list per resource, one device per unit, so a node with much GPU memory needs one; a node that would
 not fit is refused naming the smallest factor that does.
 
-`mode` (vgpu nodes) is the daemon's `--vgpu-mode`: `hami-core` (the default) or `mig` (dynamic MIG,
+`mode` (vgpu nodes) is the daemon's `--vgpu-mode`: `hami-core` (the default), `mig` (dynamic MIG,
 docs/mig.md): every GPU of a `mig` node is a fake card in MIG mode, so its model must be one dynamic
 MIG has a profile table for (A100 40/80 GB, A30, H100 80 GB, H200 141 GB), and the daemon refuses
-any other at start. `mps` is not run yet.
+any other at start; or `mps` (docs/mps.md): the daemon runs one MPS control daemon per GPU, the
+stand-in `deviceplugin/gpu/fake_mps_control.py` (`MPS_CONTROL`), under an MPS root of the node's.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import yaml
 
 from deviceplugin.fit import keys
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.gpu import mps
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.mig import MIG_MODELS, model_for
 from deviceplugin.plugin.devices import (
@@ -62,6 +64,8 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _KEYS = ("name", "strategy", "count", "memory", "model", "mode", "memory-factor")
 SPLIT_COUNT = 10  # the daemon's default --vgpu-split-count
 _UUIDS = uuidlib.UUID("0c9a4c58-3f1e-4d0b-9d7e-5b2f8e61a7c3")
+#: The control binary of an `mps` node's daemon: the product's stand-in for nvidia-cuda-mps-control.
+MPS_CONTROL = str(Path(mps.__file__).with_name("fake_mps_control.py"))
 
 
 class NodeSpecError(ValueError):
@@ -83,7 +87,7 @@ class NodeSpec:
     count: int = 2
     memory_mib: int = 16384
     model: str = DEFAULT_MODEL
-    #: The vGPU sharing mode (vgpu nodes only): hami-core or mig.
+    #: The vGPU sharing mode (vgpu nodes only): hami-core, mig or mps.
     mode: str | None = None
     #: MiB per memory unit (`--gpu-memory-factor`).
     memory_factor: int = 1
@@ -109,9 +113,14 @@ class NodeSpec:
         path.write_text(json.dumps(entries, indent=1))
         return path
 
-    def daemon_options(self) -> list[str]:
-        """The daemon's options this node's shape adds (a vgpu node's operating mode)."""
-        return ["--vgpu-mode", self.mode] if self.strategy == "vgpu" and self.mode else []
+    def daemon_options(self, mps_root: Path) -> list[str]:
+        """The daemon's options this node's shape adds: a vgpu node's operating mode and, in mode
+        mps, where its control daemons live (`mps_root`) and the stand-in control binary."""
+        if self.strategy != "vgpu" or not self.mode:
+            return []
+        if self.mode == keys.MODE_MPS:
+            return ["--vgpu-mode", self.mode, "--mps-root", str(mps_root), "--mps-control", MPS_CONTROL]
+        return ["--vgpu-mode", self.mode]
 
 
 def node(name: str, strategy: Strategy) -> NodeSpec:
@@ -123,10 +132,12 @@ def node(name: str, strategy: Strategy) -> NodeSpec:
 MIG_NODE = NodeSpec(
     "gpu-mig-1", "vgpu", 1, 81559, "NVIDIA H100 80GB HBM3", mode=keys.MODE_MIG, memory_factor=4
 )
+#: The demo's MPS node: one A10 shared through its MPS control daemon.
+MPS_NODE = NodeSpec("gpu-mps-1", "vgpu", 1, 23028, "NVIDIA A10", mode=keys.MODE_MPS)
 #: The cluster a scenario runs on unless it says otherwise: one node per strategy.
 DEFAULT_NODES = (node("gpu-share-1", "share"), node("gpu-number-1", "number"), node("gpu-vgpu-1", "vgpu"))
-#: The demo cluster: those, and the MIG node (one node per vGPU mode this plugin runs).
-DEMO_NODES = (*DEFAULT_NODES, MIG_NODE)
+#: The demo cluster: those, the MIG node and the MPS node (one node per vGPU mode).
+DEMO_NODES = (*DEFAULT_NODES, MIG_NODE, MPS_NODE)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -259,13 +270,8 @@ def _mode(value: object, strategy: Strategy, where: str) -> str | None:
         if value is not None:
             raise NodeSpecError(f"{where}: only vgpu nodes have a sharing mode; this is a {strategy} node")
         return None
-    if value is None or value == keys.MODE_HAMI_CORE:
+    if value is None:
         return keys.MODE_HAMI_CORE
-    if value == keys.MODE_MIG:
-        return keys.MODE_MIG
-    if value in keys.SHARING_MODES:
-        raise NodeSpecError(
-            f"{where}: {value!r} is not simulated: this plugin runs {keys.MODE_HAMI_CORE} and "
-            f"{keys.MODE_MIG} only"
-        )
+    if isinstance(value, str) and value in keys.SHARING_MODES:
+        return value
     raise NodeSpecError(f"{where}: {value!r} must be one of {', '.join(keys.SHARING_MODES)}")

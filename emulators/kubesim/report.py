@@ -33,6 +33,9 @@ ENV_SHOWN = (
     "CUDA_DEVICE_MEMORY_LIMIT_0",
     "CUDA_DEVICE_MEMORY_LIMIT_1",
     "CUDA_DEVICE_SM_LIMIT",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
 )
 
 
@@ -182,6 +185,16 @@ def print_pods(reports: Sequence[PodReport]) -> None:
     for report in reports:
         for problem in report.problems:
             print(f"  BAD: {problem}")
+
+
+def print_mounts(reports: Sequence[PodReport]) -> None:
+    """Each container's mounts, `container path <- host path (rw|ro)`."""
+    for report in reports:
+        for view in report.containers:
+            for mount in view.mounts:
+                access = "ro" if mount.read_only else "rw"
+                shown = f"{mount.container_path} <- {mount.host_path} ({access})"
+                print(f"  {report.key} {view.name} mounts {shown}")
 
 
 def print_nodes(cluster: SimCluster) -> None:

@@ -10,8 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # A socket path is at most 107 bytes; below the root come the directory's name (`/dpsim-` and 8
-# random characters), a node's (`/gpu-vgpu-1`) and `/plugins/nvidia-vgpu-memory.sock`: 58 bytes.
-LONGEST_ROOT = 48
+# random characters, 15 bytes) and, longest, an mps node's MPS control socket
+# (`/mps15/GPU-<36-character uuid>/pipe/control`, 60 bytes): 75 bytes. (A node's kubelet sockets,
+# `/<20-character name>/plugins/nvidia-vgpu-memory.sock`, take 53.)
+LONGEST_ROOT = 32
 
 
 def short_temp_root() -> str:

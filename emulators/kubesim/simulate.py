@@ -71,6 +71,8 @@ def _one_gpu(reports: Sequence[PodReport]) -> None:
 class Play:
     scenario: Scenario
     check: Check | None = None
+    #: Print the containers' mounts too (where they are what the mode gives, as MPS's pipe and shm).
+    mounts: bool = False
 
 
 DEMO = (
@@ -107,6 +109,20 @@ DEMO = (
                 ),
             ),
         )
+    ),
+    Play(
+        Scenario(
+            "vGPU in MPS mode: a pod of 1 vGPU, 4096 MiB and 30% of the cores (vgpu-mode mps) on the A10 "
+            "shares it through the GPU's MPS control daemon, held to its limits by MPS (no HAMi-core)",
+            (
+                _pod(
+                    "mps-worker",
+                    {keys.VGPU_NUMBER: "1", keys.VGPU_MEMORY: "4096", keys.VGPU_CORES: "30"},
+                    mode=keys.MODE_MPS,
+                ),
+            ),
+        ),
+        mounts=True,
     ),
     Play(
         Scenario(
@@ -152,6 +168,8 @@ def play(cluster: SimCluster, plays: Sequence[Play], text: bool) -> list[PodRepo
         if text:
             print(f"\n== {scenario.title}")
             report.print_pods(played)
+            if each.mounts:
+                report.print_mounts(played)
             report.print_npu_annotations(played)
             report.print_gangs(scenario.gangs, played)
             for line in scenario.not_simulated:

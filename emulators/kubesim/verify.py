@@ -23,6 +23,13 @@ unless the node says otherwise):
 - vGPU on a `mig` node (docs/mig.md): each device of the entry is a MIG slot
   `GPU-<uuid>[<group>-<pos>]` on a GPU of the node, booking the request's memory; the container's
   env is only `NVIDIA_VISIBLE_DEVICES`, N distinct `MIG-` UUIDs; nothing of HAMi-core is mounted.
+- vGPU on an `mps` node (docs/mps.md): the entry holds one GPU of the node (an MPS client talks to
+  one GPU's control daemon), booking the request's memory and cores; the env is exactly
+  `NVIDIA_VISIBLE_DEVICES` = its UUID, `CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps`,
+  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = the cores asked (none: 100) and
+  `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<memory x F>M`; the mounts are exactly `/tmp/nvidia-mps`
+  from that GPU's pipe directory `<root>/<uuid>/pipe`, where its control daemon listens (`control`),
+  and `/dev/shm` from `<root>/shm`, both read-write; nothing of HAMi-core.
 - A container asking for no GPU gets no `NVIDIA_VISIBLE_DEVICES` from a plugin.
 - The plugin marks the pod served: `gpu-assigned: "true"` (share, number), `bind-phase: success` (vGPU).
 """
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from deviceplugin.fit import keys, objects
@@ -45,6 +53,8 @@ from kubesim.nodes import FakeGpu, NodeSpec
 Obj = Mapping[str, Any]
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+MPS_PIPE = "/tmp/nvidia-mps"  # MPS's default pipe directory, where a client looks for its daemon
+MPS_SHM = "/dev/shm"
 #: What only the scheduler (or the plugin after it) writes on a pod.
 SCHEDULER_OWNED = (
     keys.GPU_INDEX,
@@ -272,6 +282,9 @@ class _Checker:
         if self.node.mode == keys.MODE_MIG:
             self._mig(view, limits, entry, count)
             return
+        if self.node.mode == keys.MODE_MPS:
+            self._mps(view, limits, entry, count)
+            return
         named = self._named(view, keys.VGPU_NUMBER, asks)
         if named is None:
             return
@@ -346,6 +359,60 @@ class _Checker:
             self.wrong(view.name, f"a MIG device is its own limit, yet it got {', '.join(extra)}")
         if any(mount.container_path == CONTAINER_LIBRARY for mount in view.mounts):
             self.wrong(view.name, f"HAMi-core's library is mounted at {CONTAINER_LIBRARY} on a MIG device")
+
+    def _mps(self, view: ContainerView, limits: Obj, entry: int, count: int) -> None:
+        """A container on an `mps` node: one GPU, its limits as MPS reads them, the GPU's pipe
+        directory and the daemon's shared memory mounted."""
+        asks = f"asks {count} vGPU(s) on mps node {self.node.name}"
+        devices = self._entry(view, asks, entry, count)
+        if devices is None:
+            return
+        if count != 1:
+            self.wrong(view.name, f"{asks} and was admitted, yet an MPS client talks to one GPU's daemon")
+            return
+        device = devices[0]
+        gpu = self.by_uuid.get(device.uuid)
+        if gpu is None:
+            self.wrong(view.name, f"{keys.VGPU_IDS_NEW} names {device.uuid}, no GPU of node {self.node.name}")
+            return
+        factor = self.node.memory_factor
+        memory = _vgpu_memory(limits, gpu.memory_mib // factor)
+        cores = _whole(limits.get(keys.VGPU_CORES))
+        if (device.memory, device.cores) != (memory, cores):
+            self.wrong(
+                view.name,
+                f"the scheduler booked {device.memory} unit(s) and {device.cores}% of GPU {gpu.index}; "
+                f"it asks {memory} and {cores}%",
+            )
+        wanted = {
+            VISIBLE: gpu.uuid,
+            "CUDA_MPS_PIPE_DIRECTORY": MPS_PIPE,
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(cores if 0 < cores <= 100 else 100),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={memory * factor}M",
+        }
+        for name in sorted(wanted.keys() | view.env.keys()):
+            if view.env.get(name) != wanted.get(name):
+                self.wrong(view.name, f"{name}={view.env.get(name)!r}, wanted {wanted.get(name)!r} ({asks})")
+        mounts = {mount.container_path: mount for mount in view.mounts}
+        pipe, shm = mounts.pop(MPS_PIPE, None), mounts.pop(MPS_SHM, None)
+        if pipe is None or pipe.read_only or Path(pipe.host_path).parts[-2:] != (gpu.uuid, "pipe"):
+            self.wrong(
+                view.name,
+                f"{MPS_PIPE} is mounted from {_shown(pipe)}, not GPU {gpu.index}'s pipe directory "
+                f"<root>/{gpu.uuid}/pipe (rw)",
+            )
+        elif not (Path(pipe.host_path) / "control").is_socket():
+            self.wrong(view.name, f"no MPS control daemon listens in {pipe.host_path}, the pipe it mounts")
+        elif shm is None or shm.read_only or Path(shm.host_path) != Path(pipe.host_path).parents[1] / "shm":
+            root = Path(pipe.host_path).parents[1]
+            self.wrong(view.name, f"{MPS_SHM} is mounted from {_shown(shm)}, not {root / 'shm'} (rw)")
+        if mounts:
+            extra = ", ".join(mounts)
+            self.wrong(view.name, f"an MPS client mounts only its pipe and shm, yet it got {extra}")
+
+
+def _shown(mount: Mount | None) -> str:
+    return "nowhere" if mount is None else f"{mount.host_path} ({'ro' if mount.read_only else 'rw'})"
 
 
 def _whole(value: object) -> int:

@@ -33,6 +33,17 @@ def test_the_demo_prints_every_pod_and_the_env_its_container_sees() -> None:
     # The MIG node's pod sees its MIG device and nothing of HAMi-core.
     mig = r"^demo/mig-worker +cuda +gpu-mig-1 +MIG-\S+ +Running +NVIDIA_VISIBLE_DEVICES=MIG-[-0-9a-f]+ *$"
     assert re.search(mig, out, flags=re.M), out
+    # The MPS node's pod: its A10 by UUID, MPS's limits from its request, the GPU's pipe and shm.
+    mps = (
+        r"^demo/mps-worker +cuda +gpu-mps-1 +0 +Running +NVIDIA_VISIBLE_DEVICES=(GPU-[-0-9a-f]+) "
+        r"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 "
+        r"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M *$"
+    )
+    found = re.search(mps, out, flags=re.M)
+    assert found, out
+    pipe = rf"^  demo/mps-worker cuda mounts /tmp/nvidia-mps <- /\S+/{found[1]}/pipe \(rw\)$"
+    assert re.search(pipe, out, flags=re.M), out
+    assert re.search(r"^  demo/mps-worker cuda mounts /dev/shm <- /\S+/shm \(rw\)$", out, flags=re.M), out
 
 
 SMALL_AND_HUGE = """
@@ -109,6 +120,26 @@ def test_json_is_one_document_with_the_documented_keys(tmp_path: Path) -> None:
     assert env(mig_worker, "cuda").keys() == {"NVIDIA_VISIBLE_DEVICES"}
     assert env(mig_worker, "cuda")["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
     assert mig_worker["containers"][0]["mounts"] == []
+    # The MPS node: its A10 shared through MPS; the pod's limits are MPS's, its mounts the GPU's
+    # pipe directory and the MPS shm, nothing of HAMi-core.
+    assert done.node("gpu-mps-1")["mode"] == "mps"
+    a10 = done.uuid("gpu-mps-1", 0)
+    mps_worker = done.pod("mps-worker", "demo")
+    assert mps_worker["node"] == "gpu-mps-1"
+    assert env(mps_worker, "cuda") == {
+        "NVIDIA_VISIBLE_DEVICES": a10,
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+    }
+    pipe, shm = mps_worker["containers"][0]["mounts"]
+    assert (pipe["container_path"], pipe["read_only"]) == ("/tmp/nvidia-mps", False)
+    assert Path(pipe["host_path"]).parts[-2:] == (a10, "pipe")
+    assert (shm["container_path"], shm["read_only"]) == ("/dev/shm", False)
+    assert shm["host_path"] == str(Path(pipe["host_path"]).parents[1] / "shm")
+    assert mps_worker["annotations"]["volcano.sh/vgpu-ids-new"] == f"{a10},NVIDIA,4096,30:"
+    # No other demo pod lands on the MPS node.
+    assert [p["name"] for p in done.document["pods"] if p["node"] == "gpu-mps-1"] == ["mps-worker"]
 
 
 def test_docs_show_the_json_document_with_its_keys(tmp_path: Path) -> None:
@@ -131,7 +162,7 @@ def test_docs_show_the_json_document_with_its_keys(tmp_path: Path) -> None:
 def test_every_fake_node_has_gpus_of_its_own(tmp_path: Path) -> None:
     done = simulate_json(None, tmp_path)
     uuids = [gpu["uuid"] for node in done.document["nodes"] for gpu in node["gpus"]]
-    assert len(uuids) == 9 and len(set(uuids)) == 9  # the MIG node's H100 too
+    assert len(uuids) == 10 and len(set(uuids)) == 10  # the MIG node's H100 and the MPS node's A10 too
 
 
 NUMBER_POD = """
@@ -382,8 +413,8 @@ REFUSED = [
     ),
     ("nodes: [{strategy: mig}]\n", "document 1: nodes[0].strategy: 'mig' must be one of share, number, vgpu"),
     (
-        "nodes: [{strategy: vgpu, mode: mps}]\n",
-        "nodes[0].mode: 'mps' is not simulated: this plugin runs hami-core and mig only",
+        "nodes: [{strategy: vgpu, mode: exclusive}]\n",
+        "nodes[0].mode: 'exclusive' must be one of hami-core, mig, mps",
     ),
     (
         "nodes: [{strategy: vgpu, mode: mig}]\n",

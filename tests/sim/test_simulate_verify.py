@@ -6,6 +6,9 @@ test_simulate.py and test_simulate_examples.py; no correct component produces th
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +16,13 @@ import pytest
 from deviceplugin.api import deviceplugin_pb2 as dp
 from kubesim.admission import Admission, ContainerAllocation, PodSpec
 from kubesim.nodes import NodeSpec
+from kubesim.scratch import scratch_dir
 from kubesim.verify import own_scheduler_annotations, received, verify
 
 SHARE = NodeSpec("gpu-share-1", "share", 2, 10989)
 NUMBER = NodeSpec("gpu-number-1", "number", 4, 16384)
 VGPU = NodeSpec("gpu-vgpu-1", "vgpu", 2, 16384, mode="hami-core")
+MPS = NodeSpec("gpu-mps-1", "vgpu", 2, 23028, "NVIDIA A10", mode="mps")
 GPU_NUMBER = "volcano.sh/gpu-number"
 #: One Allocate response kubelet recorded: container, resource, envs, mounts.
 Response = tuple[str, str, dict[str, str], list[dp.Mount]]
@@ -187,6 +192,88 @@ def test_vgpu_container_given_anything_else_fails(
 ) -> None:
     found = problems(the_pod, VGPU, ("c", "volcano.sh/vgpu-number", envs, mounts))
     assert any(wrong in problem for problem in found), found
+
+
+@pytest.fixture
+def mps_root() -> Iterator[Path]:
+    """An MPS root (short: its socket path must fit) where GPU 1's control daemon listens."""
+    with scratch_dir("mps-") as root, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
+        pipe = root / uuid(MPS, 1) / "pipe"
+        pipe.mkdir(parents=True)
+        control.bind(str(pipe / "control"))
+        control.listen(1)
+        yield root
+
+
+def mps_pod(memory: int = 4096, cores: int = 30) -> Any:
+    ids = f"{uuid(MPS, 1)},NVIDIA,{memory},{cores}:"
+    notes = {"volcano.sh/vgpu-ids-new": ids, "volcano.sh/bind-phase": "success"}
+    limits = VGPU_LIMITS | {"volcano.sh/vgpu-memory": "4096"}
+    return pod({"c": limits}, notes)
+
+
+def mps_env(percent: str = "30", limit: str = "0=4096M") -> dict[str, str]:
+    return {
+        "NVIDIA_VISIBLE_DEVICES": uuid(MPS, 1),
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": percent,
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limit,
+    }
+
+
+def mps_mounts(root: Path, gpu: int = 1) -> list[dp.Mount]:
+    return [
+        dp.Mount(container_path="/tmp/nvidia-mps", host_path=str(root / uuid(MPS, gpu) / "pipe")),
+        dp.Mount(container_path="/dev/shm", host_path=str(root / "shm")),
+    ]
+
+
+def test_mps_container_held_by_its_gpus_daemon_passes(mps_root: Path) -> None:
+    assert problems(mps_pod(), MPS, ("c", "volcano.sh/vgpu-number", mps_env(), mps_mounts(mps_root))) == []
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "envs", "mounts", "wrong"),
+    [
+        (
+            mps_pod(),
+            mps_env(percent="100"),
+            "right",
+            "c: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='100', wanted '30'",
+        ),
+        (mps_pod(), mps_env(limit="0=8192M"), "right", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='0=8192M', wanted"),
+        (mps_pod(cores=0), mps_env(), "right", "the scheduler booked 4096 unit(s) and 0% of GPU 1; it asks"),
+        (
+            mps_pod(),
+            mps_env() | {"CUDA_DEVICE_SM_LIMIT": "30"},
+            "right",
+            "c: CUDA_DEVICE_SM_LIMIT='30', wanted None",
+        ),
+        (mps_pod(), mps_env(), "other-gpu", f"/{uuid(MPS, 0)}/pipe (rw), not GPU 1's pipe directory"),
+        (mps_pod(), mps_env(), "no-shm", "c: /dev/shm is mounted from nowhere, not "),
+        (mps_pod(), mps_env(), "hook", "c: an MPS client mounts only its pipe and shm, yet it got /usr/"),
+    ],
+    ids=["raised-cores", "raised-memory", "booked-cores", "hami-core-env", "other-pipe", "no-shm", "hook"],
+)
+def test_mps_container_given_anything_else_fails(
+    mps_root: Path, the_pod: Any, envs: dict[str, str], mounts: str, wrong: str
+) -> None:
+    given = {
+        "right": mps_mounts(mps_root),
+        "other-gpu": mps_mounts(mps_root, gpu=0),
+        "no-shm": mps_mounts(mps_root)[:1],
+        "hook": [*mps_mounts(mps_root), LIBRARY],
+    }[mounts]
+    found = problems(the_pod, MPS, ("c", "volcano.sh/vgpu-number", envs, given))
+    assert any(wrong in problem for problem in found), found
+
+
+def test_mps_container_whose_daemon_does_not_listen_fails() -> None:
+    with scratch_dir("mps-") as root:  # GPU 1's pipe directory exists; no control daemon in it
+        (root / uuid(MPS, 1) / "pipe").mkdir(parents=True)
+        found = problems(mps_pod(), MPS, ("c", "volcano.sh/vgpu-number", mps_env(), mps_mounts(root)))
+    pipe = root / uuid(MPS, 1) / "pipe"
+    assert found == [f"ns/p container c: no MPS control daemon listens in {pipe}, the pipe it mounts"]
 
 
 def test_a_container_asking_no_gpu_must_get_none() -> None:
