@@ -92,7 +92,7 @@ def test_an_unsupported_operating_mode_stops_the_daemon_naming_the_field(
     start: Callable[..., Daemon], workdir: Path
 ) -> None:
     device_config, node_config_file = mount_config_maps(workdir)
-    node_config_file.write_text(node_config_file.read_text().replace('"hami-core"', '"mps"'))
+    node_config_file.write_text(node_config_file.read_text().replace('"hami-core"', '"time-slicing"'))
     daemon = start(
         "--fake-gpus",
         "1x4096",
@@ -104,7 +104,7 @@ def test_an_unsupported_operating_mode_stops_the_daemon_naming_the_field(
         str(node_config_file),
     )
     assert daemon.process.wait(TIMEOUT_S) == 2
-    assert "nodeconfig[0].operatingmode: 'mps' is not supported yet" in daemon.output()
+    assert "nodeconfig[0].operatingmode: 'time-slicing' must be one of hami-core, mig, mps" in daemon.output()
 
 
 def test_the_volcano_devices_config_file_sets_strategy_and_factor(
