@@ -29,7 +29,7 @@ from kubesim.failures import SimulationError
 from kubesim.nodes import DEFAULT_NODES, DEMO_NODES, MIG_NODE, NodeSpec, NodeSpecError, parse_node_options
 from kubesim.report import PodReport
 from kubesim.scenario import Scenario, read_scenario
-from kubesim.scratch import scratch_dir
+from kubesim.scratch import LONGEST_CLUSTER_ROOT, scratch_dir
 from kubesim.signals import Stopped, stop_raises, stop_signals
 from kubesim.workloads import ScenarioError
 
@@ -220,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
     # Sockets, ledgers and logs go to a temporary directory removed on every way out: the first
     # SIGTERM or Ctrl-C unwinds through the same clean-up (nodes stopped, files removed) as a return.
     try:
-        with stop_raises(), scratch_dir("dpsim-") as directory:
+        with stop_raises(), scratch_dir("dpsim-", LONGEST_CLUSTER_ROOT) as directory:
             return _simulate(args, plays, nodes, directory, started)
     except Stopped as stopped:
         print(f"deviceplugin simulate: stopped by {stopped}", file=sys.stderr)
