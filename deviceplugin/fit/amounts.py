@@ -36,3 +36,12 @@ def volcano(container: objects.Obj, name: str) -> int | None:
     raw = given(container, name)
     value = None if raw is None else go_quantity_as_int64(raw)
     return None if value is None else goint.int32(value)
+
+
+def volcano_count(container: objects.Obj, count_name: str, memory_name: str) -> int | None:
+    """Volcano's device count: the count limit (AsInt64 wrapped to int32, 0 where it refuses),
+    else one device when only memory is limited; None when the container limits neither."""
+    limits = objects.limits(container)
+    if count_name in limits:
+        return goint.int32(go_quantity_as_int64(limits[count_name]) or 0)
+    return 1 if memory_name in limits else None

@@ -41,7 +41,6 @@ from deviceplugin.fit.model import (
     check_policy,
     is_volcano_compat,
 )
-from deviceplugin.fit.quantity import go_quantity_as_int64
 
 VNPU_MODE = "huawei.com/vnpu-mode"  # pod annotation
 HAMI_CORE = "hami-core"  # its value for the soft split, and a hami-core card's mode
@@ -92,12 +91,8 @@ def _volcano_request(container: objects.Obj, chip: VnpuChip) -> ContainerRequest
     def amount(name: str) -> int:
         return amounts.volcano(container, name) or 0
 
-    limits = objects.limits(container)
-    if chip.resource_name in limits:
-        nums = goint.int32(go_quantity_as_int64(limits[chip.resource_name]) or 0)
-    elif chip.resource_memory_name in limits:
-        nums = 1
-    else:
+    nums = amounts.volcano_count(container, chip.resource_name, chip.resource_memory_name)
+    if nums is None:
         return None
     memory = amount(chip.resource_memory_name)
     return ContainerRequest(

@@ -28,7 +28,6 @@ from deviceplugin.fit.model import (
     is_volcano_compat,
 )
 from deviceplugin.fit.policy import Policy, policy_of
-from deviceplugin.fit.quantity import go_quantity_as_int64
 
 _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
 
@@ -37,12 +36,8 @@ _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
 
 
 def _parse_volcano(container: objects.Obj, config: VgpuConfig) -> ContainerRequest | None:
-    limits = objects.limits(container)
-    if config.count_resource in limits:
-        nums = goint.int32(go_quantity_as_int64(limits[config.count_resource]) or 0)
-    elif config.memory_resource in limits:
-        nums = 1
-    else:
+    nums = amounts.volcano_count(container, config.count_resource, config.memory_resource)
+    if nums is None:
         return None
     memory = amounts.volcano(container, config.memory_resource) or 0
     percentage = amounts.volcano(container, config.percentage_name(volcano=True))
