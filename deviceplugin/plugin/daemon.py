@@ -103,7 +103,7 @@ def _mig_cards(config: DaemonConfig, backend: GpuBackend, gpus: tuple[GpuInfo, .
     """A mig vGPU node's cards, each checked: one that cannot run MIG here stops the start (the
     backend closed), since Volcano takes the node's mode from its last card and would give MIG
     slots or HAMi-core shares to the wrong cards of a mixed node."""
-    if config.gpu_strategy != "vgpu" or config.vgpu_mode != keys.MODE_MIG:
+    if config.vgpu_mode != keys.MODE_MIG:  # set only on vGPU nodes (config.STRATEGY_ONLY)
         return None
     geometries = config.vgpu_mig_geometries
     cards = MigCards(backend, gpus, builtin_geometries() if geometries is None else geometries)
@@ -122,7 +122,7 @@ def _mps_daemons(
     config: DaemonConfig, gpus: tuple[GpuInfo, ...], health: HealthState, supervisor: Supervisor
 ) -> MpsDaemons | None:
     """An mps vGPU node's control daemons, one per GPU (docs/mps.md)."""
-    if config.gpu_strategy != "vgpu" or config.vgpu_mode != keys.MODE_MPS:
+    if config.vgpu_mode != keys.MODE_MPS:
         return None
     control = MpsControl(config.mps_control, MpsRoot(config.mps_root))
     uuids = tuple(gpu.uuid for gpu in gpus)
@@ -494,8 +494,7 @@ def configure_logging(config: DaemonConfig) -> None:
 
 
 def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
-    mig = config.gpu_strategy == "vgpu" and config.vgpu_mode == keys.MODE_MIG
-    mps = config.gpu_strategy == "vgpu" and config.vgpu_mode == keys.MODE_MPS
+    mig, mps = config.vgpu_mode == keys.MODE_MIG, config.vgpu_mode == keys.MODE_MPS  # vGPU nodes only
     return (
         config.fake_gpus,
         config.fake_gpu_events,
