@@ -38,6 +38,11 @@ def unhealthy_ids(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool]) -> str 
     return ",".join(str(gpu.index) for gpu in gpus if not health.get(gpu.uuid, False)) or None
 
 
+def card_type(gpu: GpuInfo) -> str:
+    """The card's type as `volcano.sh/node-vgpu-register` carries it (MIG geometries match on it)."""
+    return f"NVIDIA-{gpu.model}"
+
+
 def vgpu_register(
     gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout, mode: str = keys.MODE_HAMI_CORE
 ) -> str:
@@ -49,7 +54,7 @@ def vgpu_register(
         GpuState(
             index=gpu.index,
             uuid=gpu.uuid,
-            type=f"NVIDIA-{gpu.model}",
+            type=card_type(gpu),
             memory=layout.vgpu_memory_units(gpu),
             split_count=layout.split_count,
             health=health.get(gpu.uuid, False),

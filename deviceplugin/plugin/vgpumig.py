@@ -20,13 +20,9 @@ from deviceplugin.fit.model import MigGeometry, MigGroup
 from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import GpuBackend, GpuInfo, MigBusy, MigDevice, MigError
 from deviceplugin.logs import get_log
+from deviceplugin.plugin.nodestate import card_type
 
 log = get_log(__name__)
-
-
-def card_type(gpu: GpuInfo) -> str:
-    """The card's type as `volcano.sh/node-vgpu-register` carries it (geometries match on it)."""
-    return f"NVIDIA-{gpu.model}"
 
 
 class MigRefusal(Exception):
