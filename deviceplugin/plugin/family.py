@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.topology import Topology
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.gpu.mps import MpsDaemons
@@ -48,6 +49,7 @@ class AllocatorParts:
     api: PodApi | None  # None: no Kubernetes API, so no pod can be identified
     mig: MigCards | None = None  # a mig vGPU node's cards, over the GPU backend
     mps: MpsDaemons | None = None  # an mps vGPU node's control daemons
+    topology: Topology | None = None  # how the node's GPUs connect, for multi-GPU choices
 
 
 class NodeFamily(Protocol):
