@@ -22,6 +22,7 @@ from deviceplugin.fit import keys
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.fit.model import MigGeometry
 from deviceplugin.gpu.exclude import GpuExclusion, parse_exclusion
+from deviceplugin.gpu.topology import NamedTopology, read_topology
 from deviceplugin.options import (
     Layer,
     Option,
@@ -65,6 +66,7 @@ class DaemonConfig:
     device_id_strategy: Literal["uuid", "index"] = "uuid"
     fake_gpus: str | None = None
     fake_gpu_events: Path | None = None
+    fake_gpu_topology: NamedTopology | None = None  # a preset or a topology file, read with the options
     device_plugin_dir: Path = DEFAULT_DEVICE_PLUGIN_DIR
     pod_resources_socket: Path = DEFAULT_POD_RESOURCES_SOCKET
     state_dir: Path = DEFAULT_STATE_DIR
@@ -180,6 +182,11 @@ def _mig_geometries(value: object) -> tuple[MigGeometry, ...]:
     return mig_geometries(loaded["knownMigGeometries"], f"{path} knownMigGeometries")
 
 
+def _fake_topology(value: object) -> NamedTopology:
+    """A preset's name or a topology file (docs/topology.md), read now so a fault names the option."""
+    return read_topology(text(value))
+
+
 def _socket_path(value: object) -> Path:
     """Made absolute from the working directory: gRPC reads `unix://plugins/x.sock` as host `plugins`."""
     return pathname(value).absolute()
@@ -200,6 +207,12 @@ OPTIONS: tuple[Option, ...] = (
         "FAKE_GPU_EVENTS",
         pathname,
         "JSON-lines file of injected faults (with --fake-gpus)",
+    ),
+    Option(
+        "fake-gpu-topology",
+        "FAKE_GPU_TOPOLOGY",
+        _fake_topology,
+        "the fake GPUs' interconnect: dgx-a100, pcie-2socket, nvlink-pairs or a JSON file (with --fake-gpus)",
     ),
     Option(
         "device-plugin-dir", "DEVICE_PLUGIN_DIR", _socket_path, "kubelet's device-plugin socket directory"
@@ -442,6 +455,8 @@ def load_config(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Daem
             settle(option, (hami, own))
     if "fake_gpu_events" in values and "fake_gpus" not in values:
         raise OptionError("--fake-gpu-events needs --fake-gpus")
+    if "fake_gpu_topology" in values and "fake_gpus" not in values:
+        raise OptionError("--fake-gpu-topology needs --fake-gpus (real GPUs publish what NVML reports)")
     if values.get("vgpu_mode") == keys.MODE_MIG and values.get("vgpu_memory_scaling", 1.0) != 1.0:
         raise OptionError(
             "--vgpu-memory-scaling: must be 1 with --vgpu-mode mig: a MIG device's memory is the "

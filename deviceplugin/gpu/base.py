@@ -1,4 +1,4 @@
-"""The GPU backend interface: inventory, Xid event wait, per-GPU probe, MIG partitioning.
+"""The GPU backend interface: inventory, interconnect, Xid event wait, per-GPU probe, MIG partitioning.
 
 Two implementations share it: `NvmlBackend` (the real driver through `pynvml`) and `FakeBackend`
 (`--fake-gpus`, for tests and `simulate`). Everything above this package sees only these types.
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the daemon's option parsing reads this module; it needs no fit rules
     from deviceplugin.fit.model import MigGroup
+    from deviceplugin.fit.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,12 @@ class GpuBackend(Protocol):
 
     def inventory(self) -> Inventory:
         """Enumerate the GPUs; a GPU that fails is reported in `errors`, not raised."""
+        ...
+
+    def topology(self, gpus: Sequence[GpuInfo]) -> Topology | None:
+        """How these GPUs (enumerated by `inventory`) connect, and their NUMA nodes; None when the
+        backend knows nothing of it. Never raises for a query that fails: that pair or GPU is
+        described by the worst it could be (SYS, NUMA -1)."""
         ...
 
     def watch(self, uuids: tuple[str, ...]) -> dict[str, str]:

@@ -37,6 +37,10 @@ through an events file of JSON lines, read on each `wait_event` as it grows:
 MIG calls apply the events file's new lines first, so a line written before a call counts for it.
 
 Xid events and wait errors are delivered in the order they were injected.
+
+The GPUs' interconnect comes from `--fake-gpu-topology` (a preset or a topology file,
+`deviceplugin.gpu.topology`), which must describe as many GPUs as the spec lists; without it the
+backend knows no topology.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from deviceplugin.fit.model import MigGroup, MigInstance
+from deviceplugin.fit.topology import Topology
 from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import (
     BackendError,
@@ -66,6 +71,7 @@ from deviceplugin.gpu.base import (
     WaitError,
     XidEvent,
 )
+from deviceplugin.gpu.topology import NamedTopology, restrict
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -157,8 +163,10 @@ class FakeBackend:
         inventory: Inventory,
         events_file: Path | None = None,
         mig_layouts: Mapping[str, tuple[str, ...]] | None = None,
+        topology: Topology | None = None,  # of every GPU listed, by index
     ) -> None:
         self._inventory = inventory
+        self._topology = topology
         self._known = {gpu.uuid for gpu in inventory.gpus}
         self._gpus = {gpu.uuid: gpu for gpu in inventory.gpus}
         # GPU-instance id -> instance, for every card in MIG mode
@@ -180,9 +188,17 @@ class FakeBackend:
                 self._create(uuid, profile, start)
 
     @classmethod
-    def from_spec(cls, spec: str, events_file: Path | None = None) -> FakeBackend:
+    def from_spec(
+        cls, spec: str, events_file: Path | None = None, topology: NamedTopology | None = None
+    ) -> FakeBackend:
+        """BackendError when the spec is malformed or the topology describes another GPU count."""
         parsed = parse_spec(spec)
-        return cls(parsed.inventory, events_file, parsed.mig_layouts)
+        listed = len(parsed.inventory.gpus) + len(parsed.inventory.errors)
+        try:
+            links = None if topology is None else topology.for_gpus(listed)
+        except ValueError as err:
+            raise BackendError(f"--fake-gpu-topology {topology}: {err}") from None
+        return cls(parsed.inventory, events_file, parsed.mig_layouts, links)
 
     @property
     def watched(self) -> frozenset[str]:
@@ -203,6 +219,11 @@ class FakeBackend:
             gpus=tuple(gpu for gpu in self._inventory.gpus if gpu.uuid not in lost),
             errors=tuple(sorted(errors, key=lambda error: error.index)),
         )
+
+    def topology(self, gpus: Sequence[GpuInfo]) -> Topology | None:
+        if self._topology is None:
+            return None
+        return restrict(self._topology, [gpu.index for gpu in gpus])
 
     def watch(self, uuids: tuple[str, ...]) -> dict[str, str]:
         problems: dict[str, str] = {}

@@ -7,12 +7,17 @@ from pathlib import Path
 from deviceplugin.gpu.base import BackendError, GpuBackend
 from deviceplugin.gpu.fake import FakeBackend
 from deviceplugin.gpu.nvml import NvmlBackend
+from deviceplugin.gpu.topology import NamedTopology
 
 
-def load_backend(fake_spec: str | None, events_file: Path | None) -> GpuBackend:
+def load_backend(
+    fake_spec: str | None, events_file: Path | None, fake_topology: NamedTopology | None = None
+) -> GpuBackend:
     """Fake GPUs when a spec is given, else NVML. Raises `BackendError` when neither can work."""
     if fake_spec is not None:
-        return FakeBackend.from_spec(fake_spec, events_file)
+        return FakeBackend.from_spec(fake_spec, events_file, fake_topology)
     if events_file is not None:
         raise BackendError(f"fake GPU events file {events_file} given without a fake GPU spec")
+    if fake_topology is not None:
+        raise BackendError(f"fake GPU topology {fake_topology} given without a fake GPU spec")
     return NvmlBackend()

@@ -13,6 +13,7 @@ import grpc
 from deviceplugin import logs
 from deviceplugin.config import DaemonConfig
 from deviceplugin.fit import keys
+from deviceplugin.fit.topology import Topology
 from deviceplugin.gpu.base import BackendError, GpuBackend, GpuInfo
 from deviceplugin.gpu.exclude import GpuExclusion
 from deviceplugin.gpu.health import HealthMonitor, HealthState, XidPolicy
@@ -32,6 +33,7 @@ from deviceplugin.plugin.devices import DeviceList, FactorError, Layout, check_l
 from deviceplugin.plugin.families import node_family_of
 from deviceplugin.plugin.family import AllocatorParts, NodeFamily, PodApi
 from deviceplugin.plugin.hook import HookPath
+from deviceplugin.plugin.nodestate import with_topology
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.pending import asks_for
 from deviceplugin.plugin.podfields import daemon_pod
@@ -139,11 +141,12 @@ class GpuSide:
     monitor: HealthMonitor
     mig: MigCards | None = None  # a mig vGPU node's cards
     mps: MpsDaemons | None = None  # an mps vGPU node's control daemons
+    topology: Topology | None = None  # how the offered GPUs connect (None: unknown)
 
     @classmethod
     def start(cls, config: DaemonConfig, env: Mapping[str, str], supervisor: Supervisor) -> GpuSide:
         try:
-            backend = load_backend(config.fake_gpus, config.fake_gpu_events)
+            backend = load_backend(config.fake_gpus, config.fake_gpu_events, config.fake_gpu_topology)
         except BackendError as err:
             if config.fake_gpus is not None:
                 raise StartupError(f"--fake-gpus {config.fake_gpus!r}: {err}", EXIT_CONFIG) from None
@@ -170,6 +173,9 @@ class GpuSide:
                 f"--exclude-gpus {config.exclude_gpus}: excludes every GPU of this node", EXIT_CONFIG
             )
         mig = _mig_cards(config, backend, gpus)
+        topology = backend.topology(gpus)
+        if topology is not None:
+            log.info("gpu topology", topology=topology.encode())
         health = HealthState(tuple(gpu.uuid for gpu in gpus))
         monitor = HealthMonitor(
             backend, health, XidPolicy.from_env(env), config.health_recovery_period, supervisor=supervisor
@@ -178,7 +184,7 @@ class GpuSide:
         mps = _mps_daemons(config, gpus, health, supervisor)
         if mps is not None:
             mps.start()  # after the monitor: both mark the same health
-        return cls(backend, gpus, health, monitor, mig, mps)
+        return cls(backend, gpus, health, monitor, mig, mps, topology)
 
     def stop(self) -> None:
         if self.mps is not None:
@@ -232,7 +238,9 @@ class KubeSide:
         node = NodePublisher(
             kube,
             watch,
-            lambda: family.node_state(gpu.gpus, gpu.health.snapshot()[1], layout),
+            lambda: with_topology(
+                family.node_state(gpu.gpus, gpu.health.snapshot()[1], layout), gpu.topology
+            ),
             gpu.health,
             config.node_resync_interval,
             supervisor=supervisor,
@@ -331,6 +339,7 @@ def _allocator(
         api,
         gpu.mig,
         gpu.mps,
+        gpu.topology,
     )
     allocator = family.allocator(devices, parts)
     if isinstance(allocator, PodAllocator) and services.releaser is not None:
@@ -498,6 +507,7 @@ def _backend_settings(config: DaemonConfig) -> tuple[object, ...]:
     return (
         config.fake_gpus,
         config.fake_gpu_events,
+        config.fake_gpu_topology,
         config.health_recovery_period,
         config.exclude_gpus,
         (config.vgpu_mig_geometries,) if mig else None,  # the MIG cards are checked at GpuSide.start

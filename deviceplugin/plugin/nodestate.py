@@ -3,12 +3,14 @@ family (`plugin.families`) puts its own together."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from deviceplugin.fit import keys
 from deviceplugin.fit.codec import encode_node_register
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import GpuState
+from deviceplugin.fit.topology import TOPOLOGY_KEY, Topology
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.kube.node import NodeState
 from deviceplugin.plugin.devices import Layout, Resource
@@ -31,6 +33,14 @@ def node_state(
     return NodeState(
         annotations=notes, resources=dict(node_resources or {}), labels={keys.GPU_STRATEGY_LABEL: strategy}
     )
+
+
+def with_topology(state: NodeState, topology: Topology | None) -> NodeState:
+    """A family's node state plus what every node publishes beside it: `volcano.sh/gpu-topology`,
+    how the GPUs it serves connect (docs/topology.md); a node that knows none removes the key, so
+    a topology published before (other GPUs, another backend) is not left for the scheduler."""
+    value = None if topology is None else topology.encode()
+    return dataclasses.replace(state, annotations={**state.annotations, TOPOLOGY_KEY: value})
 
 
 def unhealthy_ids(gpus: tuple[GpuInfo, ...], health: Mapping[str, bool]) -> str | None:
