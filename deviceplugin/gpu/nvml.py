@@ -31,9 +31,11 @@ from deviceplugin.gpu.base import (
     WaitError,
     XidEvent,
 )
+from deviceplugin.gpu.nvml_topology import NvmlTopology
 
 if TYPE_CHECKING:
     from deviceplugin.fit.model import MigGroup
+    from deviceplugin.fit.topology import Topology
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -93,6 +95,10 @@ class NvmlBackend:
             except _QueryFailed as err:
                 errors.append(EnumerationError(index, str(err)))
         return Inventory(tuple(gpus), tuple(errors))
+
+    def topology(self, gpus: Sequence[GpuInfo]) -> Topology:
+        """NVLinks, PCIe ancestors and NUMA nodes (`deviceplugin.gpu.nvml_topology`)."""
+        return NvmlTopology(self._nvml).read(gpus)
 
     def _describe(self, index: int) -> GpuInfo:
         nvml = self._nvml

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from deviceplugin.fit.topology import decode_topology
 from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import BackendError, MigError, XidEvent
 from deviceplugin.gpu.nvml import NvmlBackend
@@ -59,6 +60,19 @@ def test_wait_event_does_not_raise(backend: NvmlBackend, uuids: tuple[str, ...])
 def test_probe_every_gpu(backend: NvmlBackend, uuids: tuple[str, ...]) -> None:
     assert all(backend.probe(uuid) for uuid in uuids)
     assert not backend.probe("GPU-00000000-0000-0000-0000-000000000000")
+
+
+def test_topology_of_every_gpu(backend: NvmlBackend, caplog: pytest.LogCaptureFixture) -> None:
+    """The driver answers every topology query (nothing degraded to its worst), and the annotation
+    round-trips; printed for the closing notes (`pytest -m gpu -s`)."""
+    gpus = backend.inventory().gpus
+    with caplog.at_level("WARNING", logger="deviceplugin.gpu.nvml_topology"):
+        topology = backend.topology(gpus)
+    assert caplog.records == []
+    assert topology.gpus == tuple(gpu.index for gpu in gpus)
+    assert all(node >= -1 for node in topology.numa)
+    assert decode_topology(topology.encode()) == topology
+    print(topology.encode())
 
 
 # --- MIG, read-only: a card's MIG mode cannot be changed here -------------------------------------
