@@ -42,8 +42,9 @@ from deviceplugin.fit.policy import Policy
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
 
-_CAPACITY_KEYS = (fitkeys.GPU_MEMORY, fitkeys.GPU_NUMBER)
-_ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORES)
+_CAPACITY_KEYS = (fitkeys.GPU_MEMORY, fitkeys.GPU_NUMBER, fitkeys.NVIDIA_GPU)
+# nvidia.com/gpu: kubelet lowers allocatable for unhealthy GPUs (the whole family reads it)
+_ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORES, fitkeys.NVIDIA_GPU)
 _ANNOTATION_KEYS = (fitkeys.NODE_VGPU_REGISTER, fitkeys.GPU_UNHEALTHY_IDS, fitkeys.GPU_MEMORY_FACTOR)
 
 

@@ -60,6 +60,12 @@ def pod_gpu_number(pod: objects.Obj, compat: Compat = None) -> int:
     return _pod_units(pod, keys.GPU_NUMBER, compat)
 
 
+def pod_nvidia_gpus(pod: objects.Obj) -> int:
+    """The pod's `nvidia.com/gpu` request, in whole GPUs, read strictly in both modes (Volcano has
+    no whole-GPU mode to reproduce: docs/whole.md)."""
+    return _pod_units(pod, keys.NVIDIA_GPU, None)
+
+
 def _why_not(card: GpuState, need: int) -> str:
     if not card.health:
         return "unhealthy"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-# The GPU families a node runs (one per node; Volcano forbids mixing them).
-Strategy = Literal["share", "number", "vgpu"]
-STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
+# The GPU families a node runs (one per node; Volcano forbids mixing them). `whole` is NVIDIA's
+# resource, whole GPUs without sharing (docs/whole.md); Volcano has no strategy of that name.
+Strategy = Literal["share", "number", "vgpu", "whole"]
+STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu", "whole")
 
 # Node label: the strategy the node's device plugin runs (this project's daemon publishes it).
 GPU_STRATEGY_LABEL = "volcano.sh/gpu-strategy"
@@ -24,6 +25,9 @@ GPU_ASSIGNED = "volcano.sh/gpu-assigned"
 GPU_UNHEALTHY_IDS = "volcano.sh/gpu-unhealthy-ids"
 GPU_MEMORY_FACTOR = "volcano.sh/gpu-memory-factor"
 GPUSHARE_LOCK = "gpu"
+
+# whole GPUs, NVIDIA's k8s-device-plugin resource (placed by gpu-index when the extender binds)
+NVIDIA_GPU = "nvidia.com/gpu"
 
 # vGPU (HAMi-core under Volcano)
 VGPU_NUMBER = "volcano.sh/vgpu-number"

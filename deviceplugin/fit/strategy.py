@@ -24,6 +24,7 @@ STRATEGY_RESOURCES: Mapping[Strategy, tuple[str, ...]] = {
     "share": (keys.GPU_MEMORY,),
     "number": (keys.GPU_NUMBER,),
     "vgpu": (keys.VGPU_NUMBER, keys.VGPU_MEMORY, keys.VGPU_MEMORY_PERCENTAGE, keys.VGPU_CORES),
+    "whole": (keys.NVIDIA_GPU,),
 }
 _STRATEGY_OF = {resource: strategy for strategy, names in STRATEGY_RESOURCES.items() for resource in names}
 
@@ -45,7 +46,8 @@ def labelled_strategy(node: objects.Obj) -> Strategy | None:
 def published_strategy(node: objects.Obj) -> Strategy | None:
     """The strategy what the node publishes tells: vgpu, the registration annotation or a vGPU
     resource; share, `gpu-memory` (beside the `gpu-number` card count its plugin patches); number,
-    `gpu-number` alone. None: no GPU resource."""
+    `gpu-number` alone; whole, `nvidia.com/gpu` and none of those (NVIDIA's own device plugin, or
+    this project's daemon before it labelled the node). None: no GPU resource."""
     published = {
         **objects.status_resources(node, "capacity"),
         **objects.status_resources(node, "allocatable"),
@@ -56,6 +58,8 @@ def published_strategy(node: objects.Obj) -> Strategy | None:
         return "share"
     if keys.GPU_NUMBER in published:
         return "number"
+    if keys.NVIDIA_GPU in published:
+        return "whole"
     return None
 
 

@@ -47,6 +47,8 @@ RESOURCES: Mapping[Strategy, tuple[Resource, ...]] = {
         Resource("volcano.sh/vgpu-memory", "nvidia-vgpu-memory.sock", "uuid-memory"),
         Resource("volcano.sh/vgpu-cores", "nvidia-vgpu-cores.sock", "uuid-core"),
     ),
+    # NVIDIA's k8s-device-plugin's resource and socket name: a drop-in for its plugin
+    "whole": (Resource("nvidia.com/gpu", "nvidia-gpu.sock", "uuid"),),
 }
 
 

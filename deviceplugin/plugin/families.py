@@ -18,6 +18,7 @@ from deviceplugin.plugin.gpushare import GpushareAllocator
 from deviceplugin.plugin.nodestate import node_state, unhealthy_ids, vgpu_register
 from deviceplugin.plugin.vgpu import VgpuAllocator
 from deviceplugin.plugin.vgpumig import MigCards
+from deviceplugin.plugin.whole import WholeAllocator
 
 
 class NumberNode:
@@ -56,6 +57,21 @@ class ShareNode(NumberNode):
     def node_state(self, gpus: tuple[GpuInfo, ...], health: Mapping[str, bool], layout: Layout) -> NodeState:
         notes = {keys.GPU_UNHEALTHY_IDS: unhealthy_ids(gpus, health)}
         return node_state(self.strategy, self.resources, layout, notes, {keys.GPU_NUMBER: str(len(gpus))})
+
+
+class WholeNode(NumberNode):
+    """`nvidia.com/gpu`: whole GPUs as NVIDIA's device plugin advertises them (one device per GPU,
+    its UUID), served as kubelet names them; unhealthy GPUs listed by index as number nodes do."""
+
+    strategy: Strategy = "whole"
+
+    def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        api = parts.api
+        if api is None:
+            return None
+        return WholeAllocator(
+            devices, parts.health, api.pods, parts.ledger, api.events, topology=parts.topology, **api.options
+        )
 
 
 class VgpuNode:
@@ -117,7 +133,7 @@ class VgpuNode:
 
 
 NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {
-    family.strategy: family for family in (ShareNode(), NumberNode(), VgpuNode())
+    family.strategy: family for family in (ShareNode(), NumberNode(), VgpuNode(), WholeNode())
 }
 
 

@@ -11,11 +11,12 @@ from deviceplugin.fit.errors import ConfigError
 from deviceplugin.fit.families.ascend import AscendFamily, ascend_families
 from deviceplugin.fit.families.gpushare import NumberFamily, ShareFamily
 from deviceplugin.fit.families.vgpu import VgpuFamily
+from deviceplugin.fit.families.whole import WholeFamily
 from deviceplugin.fit.family import DeviceFamily, Family
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 
 FAMILIES: Mapping[Strategy, Family] = {
-    family.strategy: family for family in (ShareFamily(), NumberFamily(), VgpuFamily())
+    family.strategy: family for family in (ShareFamily(), NumberFamily(), VgpuFamily(), WholeFamily())
 }
 _BY_NAME: dict[str, Family] = dict(FAMILIES.items())
 
