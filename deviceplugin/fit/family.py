@@ -18,6 +18,7 @@ from deviceplugin.fit import objects
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, ContainerRequest, FitResult, GpuState, VgpuConfig
 from deviceplugin.fit.policy import Policy
+from deviceplugin.fit.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +92,19 @@ class Family(DeviceFamily, Protocol):
     @property
     def strategy(self) -> Strategy:
         """The strategy this family implements (the node label's value)."""
+
+    def fit(
+        self,
+        gpus: Sequence[GpuState],
+        pod: objects.Obj,
+        request: PodRequest,
+        *,
+        policy: str | None,
+        compat: Compat,
+        config: VgpuConfig,
+        topology: Topology | None = None,
+    ) -> FitResult:
+        """`DeviceFamily.fit`; `topology`: how the node's GPUs connect (its `volcano.sh/gpu-topology`
+        annotation, `fit.topology.node_topology`), by which a multi-GPU request takes the
+        best-linked of the cards its policy rates alike (docs/topology.md). It never changes
+        whether the pod fits, its score or its device count, so `quick` reads none."""

@@ -1,7 +1,8 @@
 """gpushare fit (`volcano.sh/gpu-memory`, `volcano.sh/gpu-number`): pod requests, card choice.
 
 A pod's whole memory request goes on one card, the lowest-indexed healthy card with enough idle
-memory; a gpu-number request takes whole idle cards. Volcano scores neither (score 0); the
+memory; a gpu-number request takes whole idle cards (by default the best-linked of them on a node
+that publishes its topology, docs/topology.md). Volcano scores neither (score 0); the
 default scores by policy so an extender can binpack or spread nodes (docs/fit.md).
 """
 
@@ -16,6 +17,7 @@ from deviceplugin.fit.errors import QuantityError, RequestError
 from deviceplugin.fit.model import Assigned, Compat, FitResult, GpuState, is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.fit.quantity import go_quantity_value, whole_quantity
+from deviceplugin.fit.topology import Topology, best_set
 
 Strategy = Literal["share", "number"]
 
@@ -136,11 +138,13 @@ def fit_number(
     compat: Compat = None,
     rng: random.Random | None = None,
     need: int | None = None,
+    topology: Topology | None = None,
 ) -> FitResult:
-    """That many idle healthy cards, lowest index first. Volcano takes idle cards in Go map
-    order, which is unspecified (B1); compat="volcano" draws them at random (`rng`) to match.
-    A pod without a `gpu-number` request fits with no devices. `need`: the pod's
-    `pod_gpu_number`, when the caller has read it once.
+    """That many idle healthy cards: lowest index first, or by default on a node with a
+    `topology` the best-linked set of them (every idle card scores alike, so the links choose). Volcano
+    takes idle cards in Go map order, which is unspecified (B1); compat="volcano" draws them at
+    random (`rng`) to match and reads no topology. A pod without a `gpu-number` request fits
+    with no devices. `need`: the pod's `pod_gpu_number`, when the caller has read it once.
 
     compat="volcano", a pod that also asks `gpu-memory`: Volcano's filter counts idle cards, but
     its Allocate takes the memory branch first (`gpushare/device_info.go:Allocate`): one card, the
@@ -165,11 +169,19 @@ def fit_number(
     memory = pod_gpu_memory(pod, compat) if volcano else 0
     if memory > 0:
         return _volcano_memory_branch(healthy, pod, memory, len(healthy) - len(idle))
-    taken = (rng or random.Random()).sample(idle, need) if volcano else idle[:need]
+    taken = (rng or random.Random()).sample(idle, need) if volcano else _linked_idle(idle, need, topology)
     devices = tuple(Assigned(c.uuid, c.index, c.type, c.memory, 0) for c in taken)
     return FitResult(
         ok=True, devices=(devices,), score=_number_score(len(healthy), len(idle) - need, chosen, volcano)
     )
+
+
+def _linked_idle(idle: Sequence[GpuState], need: int, topology: Topology | None) -> Sequence[GpuState]:
+    """`need` of the `idle` cards (index order): the best-linked set, the first ones without a topology."""
+    by_index = {card.index: card for card in idle}
+    if topology is None or need < 2 or len(by_index) < len(idle):
+        return idle[:need]
+    return [by_index[index] for index in best_set(topology, list(by_index), need)]
 
 
 def quick_number(cards: Sequence[GpuState], need: int, policy: Policy) -> float | None:

@@ -16,6 +16,7 @@ from deviceplugin.fit import amounts, goint, keys, objects
 from deviceplugin.fit.codec import encode_mig_id, encode_mig_id_volcano
 from deviceplugin.fit.errors import NodeRegisterError, RequestError
 from deviceplugin.fit.filters import TypeFilter, UuidFilter
+from deviceplugin.fit.linked import linked_choice
 from deviceplugin.fit.mig import GroupSlot, pick_slot, pick_slot_volcano
 from deviceplugin.fit.model import (
     DEFAULT_VGPU_CONFIG,
@@ -28,6 +29,7 @@ from deviceplugin.fit.model import (
     is_volcano_compat,
 )
 from deviceplugin.fit.policy import Policy, policy_of
+from deviceplugin.fit.topology import Topology
 
 _PERCENT_UNSET = 101  # Volcano's sentinel for "no memory percentage given"
 
@@ -264,6 +266,7 @@ def fit_vgpu(
     *,
     config: VgpuConfig = DEFAULT_VGPU_CONFIG,
     exclusive_rules: Sequence[Mapping[str, str]] = (),
+    topology: Topology | None = None,
 ) -> FitResult:
     """Place each container request on the node's cards; later containers see earlier ones.
 
@@ -273,7 +276,9 @@ def fit_vgpu(
     exclusivity rule), holding a pod of the same pod group (podgroup spread), short of memory,
     short of cores, shared while the request wants all 100 cores, saturated at 100 cores for a
     zero-core request, of the wrong type, or (MIG) without a free slot big enough.
-    `exclusive_rules` are Volcano's `GPUExclusiveRules` (label maps).
+    `exclusive_rules` are Volcano's `GPUExclusiveRules` (label maps). By default, on a node with
+    a `topology` and no MIG card, a container asking several GPUs takes the best-linked of the
+    cards the policy rates alike (`_linked_order`); compat="volcano" reads no topology.
     """
     volcano = is_volcano_compat(compat)
     chosen_policy = policy_of(policy, volcano)
@@ -289,7 +294,7 @@ def fit_vgpu(
     for request in requests:
         if request.nums > len(cards):
             return _failure(pod, request, f"needs {request.nums} GPUs; the node has {len(cards)}", cards, ())
-        placement = _place(walk, request, chosen_policy, score)
+        placement = _place(walk, request, chosen_policy, score, topology)
         if placement.remaining > 0:
             if walk.uuid_filter.active and not placement.selectable:
                 headline = "no GPU matches the pod's GPU UUID annotations"
@@ -588,13 +593,18 @@ class _Placement:
     score: float = 0.0  # the fit's score so far, this container's cards added in visiting order
 
 
-def _place(walk: _Walk, request: ContainerRequest, policy: Policy, score: float) -> _Placement:
+def _place(
+    walk: _Walk, request: ContainerRequest, policy: Policy, score: float, topology: Topology | None
+) -> _Placement:
     """Walk the cards in policy order, booking each one that takes the container until it has
     its GPUs (Volcano books a card for a request of 0 or fewer GPUs too, and assigns none)."""
     placement = _Placement(remaining=request.nums, score=score)
     selection = _VOLCANO_SELECTION if walk.volcano else _DEFAULT_SELECTION
     cards = walk.cards
-    for pos in _card_order(policy, cards, walk.used_num, walk.used_mem, walk.volcano):
+    order = _card_order(policy, cards, walk.used_num, walk.used_mem, walk.volcano)
+    if topology is not None and request.nums > 1 and not walk.volcano and not any(walk.mig):
+        order = _linked_order(walk, request, policy, order, topology)
+    for pos in order:
         if pos < 0:
             raise NodeRegisterError(
                 f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
@@ -623,6 +633,39 @@ def _place(walk: _Walk, request: ContainerRequest, policy: Policy, score: float)
         if placement.remaining == 0:
             break
     return placement
+
+
+def _linked_order(
+    walk: _Walk,
+    request: ContainerRequest,
+    policy: Policy,
+    order: Sequence[int],
+    topology: Topology,
+) -> list[int]:
+    """`order` with the cards the container takes first: of the cards that can take it, those
+    `linked_choice` picks (default mode, no MIG card, so a card the rules pass always takes it).
+    The policy rates a card by its preference (the first item of its card key: binpack the used
+    memory, spread the tenants; none without a policy) and the score it would earn, so every
+    choice it leaves the topology scores as the policy's own, in the same order of summing."""
+    cards = walk.cards
+    fitting = [
+        pos
+        for pos in order
+        if _first_refusal(_DEFAULT_SELECTION, walk, pos, request) is None
+        and _first_refusal(_ROOM, walk, pos, request) is None
+    ]
+    position = {cards[pos].index: pos for pos in fitting}
+    if len(fitting) <= request.nums or len(position) < len(fitting):  # nothing to choose; a repeated index
+        return list(order)
+    key = policy.card_key
+    tiers = []
+    for pos in fitting:
+        card, used_num, used_mem = cards[pos], walk.used_num[pos], walk.used_mem[pos]
+        preference = None if key is None else key(card, used_num, used_mem)[0]
+        need = _memory_need(card, request, False)
+        tiers.append((preference, policy.card_score(used_num + 1, used_mem + need, card.memory, False)))
+    first = [position[index] for index in linked_choice(topology, list(position), tiers, request.nums)]
+    return first + [pos for pos in order if pos not in first]
 
 
 def _memory_need(card: GpuState, request: ContainerRequest, volcano: bool) -> int:

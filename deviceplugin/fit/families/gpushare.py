@@ -21,6 +21,7 @@ from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig, is_volcano_compat
 from deviceplugin.fit.policy import Policy
 from deviceplugin.fit.strategy import STRATEGY_RESOURCES
+from deviceplugin.fit.topology import Topology
 from deviceplugin.fit.usage import add_gpushare_pod, gpushare_cards, remove_gpushare_pod
 
 
@@ -56,8 +57,9 @@ class ShareFamily:
         policy: str | None,
         compat: Compat,
         config: VgpuConfig,
+        topology: Topology | None = None,
     ) -> FitResult:
-        return fit_share(gpus, pod, policy=policy, compat=compat, need=request.units)
+        return fit_share(gpus, pod, policy=policy, compat=compat, need=request.units)  # one card: no links
 
     def quick_cards(
         self, gpus: Sequence[GpuState], policy: Policy, compat: Compat
@@ -106,8 +108,9 @@ class NumberFamily(ShareFamily):
         policy: str | None,
         compat: Compat,
         config: VgpuConfig,
+        topology: Topology | None = None,
     ) -> FitResult:
-        return fit_number(gpus, pod, policy=policy, compat=compat, need=request.units)
+        return fit_number(gpus, pod, policy=policy, compat=compat, need=request.units, topology=topology)
 
     def quick(
         self, cards: Sequence[GpuState], request: PodRequest, policy: Policy

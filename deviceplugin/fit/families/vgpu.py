@@ -12,6 +12,7 @@ from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig
 from deviceplugin.fit.policy import Policy
 from deviceplugin.fit.strategy import STRATEGY_RESOURCES
+from deviceplugin.fit.topology import Topology
 from deviceplugin.fit.usage import add_vgpu_pod, remove_vgpu_pod, vgpu_gpus
 from deviceplugin.fit.vgpu import fit_vgpu, parse_vgpu_requests, plain_request, quick_vgpu, visiting_order
 
@@ -44,8 +45,9 @@ class VgpuFamily:
         policy: str | None,
         compat: Compat,
         config: VgpuConfig,
+        topology: Topology | None = None,
     ) -> FitResult:
-        return fit_vgpu(gpus, request.containers, pod, policy, compat, config=config)
+        return fit_vgpu(gpus, request.containers, pod, policy, compat, config=config, topology=topology)
 
     def quick_cards(
         self, gpus: Sequence[GpuState], policy: Policy, compat: Compat
