@@ -64,9 +64,10 @@ def number_pod(count: int) -> dict[str, object]:
     return pod("job", [container("main", {k.GPU_NUMBER: str(count)})])
 
 
-def indices(result: FitResult) -> list[int | None]:
+def indices(result: FitResult) -> list[int]:
     assert result.ok, result.reason
-    return [device.index for placed in result.devices for device in placed]
+    chosen = [device.index for placed in result.devices for device in placed]
+    return [index for index in chosen if index is not None]
 
 
 def vgpu_fit(cards: list[GpuState], limits: dict[str, str], policy: str, top: Topology | None) -> FitResult:
