@@ -26,6 +26,11 @@ kube-scheduler configuration names the Ascend resources (the documented one does
 without a second switch. Off, the filter refuses every node for a pod asking a chip's resource and
 says which switch is off.
 
+`gpu-aware` (a section of the file: `weight`, `loss.weight`, the seed's `gpu-aware` plugin
+arguments; flags `--gpu-aware-weight`, `--gpu-aware-loss-weight`) blends the fragmentation-aware
+node score into the binpack/spread score (docs/gpu-aware.md); both 0, the default, leave it off.
+`compat: volcano` keeps Volcano's scores and refuses them above 0.
+
 The three enable switches are mutually exclusive, as in Volcano, and read as Volcano reads them
 (Go's strconv.ParseBool). Unknown keys and bad values are errors that name the option and where the
 value came from. `deviceplugin.options` is the layer the daemon's configuration shares: the same
@@ -34,6 +39,7 @@ value readers, precedence and errors.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -43,6 +49,7 @@ from typing import Any, Literal
 from deviceplugin.configfile import read_mapping
 from deviceplugin.fit.ascend_config import DEFAULT_VNPUS, VnpusConfig, vnpus_config
 from deviceplugin.fit.errors import FitInputError
+from deviceplugin.fit.fragment import Weights
 from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.fit.model import MigGeometry
@@ -94,6 +101,10 @@ VOLCANO_POLICY = "deviceshare.SchedulePolicy"
 VOLCANO_WEIGHT = "deviceshare.ScheduleWeight"
 VOLCANO_ASCEND = "deviceshare.AscendHAMiVNPUEnable"
 _VOLCANO_OPTIONS = {VOLCANO_POLICY: "policy", VOLCANO_WEIGHT: "weight", VOLCANO_ASCEND: "ascend-hami-vnpu"}
+# The seed's gpu-aware plugin arguments, under a `gpu-aware` section of the file: the option each sets.
+GPU_AWARE = "gpu-aware"
+GPU_AWARE_KEYS = {"weight": "gpu-aware-weight", "loss.weight": "gpu-aware-loss-weight"}
+MAX_BLEND_WEIGHT = 1000.0
 
 # The shared layer's error, by the name the extender's callers know it.
 ExtenderConfigError = OptionError
@@ -119,6 +130,13 @@ class ExtenderConfig:
     vnpus: VnpusConfig = DEFAULT_VNPUS  # the Ascend chips served (read from `device_config`)
     ascend_hami_vnpu: bool | None = None  # serve `vnpus`; None: the mode's default
     mig_geometries: tuple[MigGeometry, ...] = BUILTIN_MIG_GEOMETRIES  # `nvidia.knownMigGeometries`
+    gpu_aware_weight: float = 0.0  # the gpu-aware score's `weight` (docs/gpu-aware.md)
+    gpu_aware_loss_weight: float = 0.0  # its `loss.weight`
+
+    @property
+    def gpu_aware(self) -> Weights:
+        """The gpu-aware blend's weights (off when both are 0)."""
+        return Weights(self.gpu_aware_weight, self.gpu_aware_loss_weight)
 
     @property
     def serves_ascend(self) -> bool:
@@ -154,6 +172,22 @@ def _compat(value: object) -> str | None:
     if given != "volcano":
         raise ValueError("must be 'volcano' or 'none'")
     return given
+
+
+def _blend_weight(value: object) -> float:
+    if isinstance(value, bool):
+        raise ValueError("must be a number")
+    try:
+        number = float(text(value))
+    except ValueError:
+        raise ValueError("must be a number") from None
+    if not math.isfinite(number):
+        raise ValueError("must be a finite number")
+    if number < 0:
+        raise ValueError("must be 0 or more (0 leaves its term out of the score)")
+    if number > MAX_BLEND_WEIGHT:
+        raise ValueError(f"must be at most {MAX_BLEND_WEIGHT:g}")
+    return number
 
 
 _strategy = choice(*STRATEGIES)
@@ -224,6 +258,20 @@ OPTIONS: tuple[Option, ...] = (
         "serve the Ascend vNPU chips of --device-config (Volcano's deviceshare.AscendHAMiVNPUEnable) "
         "[default true; false with --compat volcano, as in Volcano]",
     ),
+    Option(
+        "gpu-aware-weight",
+        None,
+        _blend_weight,
+        "weight of the gpu-aware score's capacity left on the node in the node score "
+        "(file: gpu-aware.weight; docs/gpu-aware.md) [default 0: off]",
+    ),
+    Option(
+        "gpu-aware-loss-weight",
+        None,
+        _blend_weight,
+        "weight of the gpu-aware score's fragmentation loss in the node score "
+        "(file: gpu-aware.loss.weight) [default 0: off]",
+    ),
 )
 CONFIG_OPTION = Option("config", None, pathname, "YAML config file")
 _NAMES = tuple(option.name for option in OPTIONS)
@@ -232,11 +280,15 @@ _NAMES = tuple(option.name for option in OPTIONS)
 def read_config_file(path: Path) -> Layer:
     """The file's options, Volcano's deviceshare keys translated to the options they set."""
     loaded = file_options(path)
-    refuse_unknown(path, loaded, (*_NAMES, *VOLCANO_ENABLES, *_VOLCANO_OPTIONS))
-    layer: Layer = {}
+    refuse_unknown(path, loaded, (*_NAMES, *VOLCANO_ENABLES, *_VOLCANO_OPTIONS, GPU_AWARE))
+    layer: Layer = _gpu_aware_section(path, loaded)
     for key, value in loaded.items():
-        if key in VOLCANO_ENABLES:
+        if key in VOLCANO_ENABLES or key == GPU_AWARE:
             continue
+        if key in layer:
+            raise OptionError(
+                f"config file {path}: {key} is given both as {key} and in the {GPU_AWARE} section"
+            )
         name = _VOLCANO_OPTIONS.get(key, key)
         if name in layer:
             volcano_key = next(k for k, n in _VOLCANO_OPTIONS.items() if n == name)
@@ -260,6 +312,25 @@ def read_config_file(path: Path) -> Layer:
     return layer
 
 
+def _gpu_aware_section(path: Path, loaded: Mapping[str, Any]) -> Layer:
+    """The `gpu-aware` section's arguments as the options they set."""
+    section = loaded.get(GPU_AWARE)
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise OptionError(
+            f"config file {path}: {GPU_AWARE} must be a mapping of {', '.join(GPU_AWARE_KEYS)}, "
+            f"not {type(section).__name__}"
+        )
+    unknown = sorted(f"{GPU_AWARE}.{key}" for key in section if key not in GPU_AWARE_KEYS)
+    if unknown:
+        raise OptionError(
+            f"config file {path}: unknown option(s) {', '.join(unknown)} "
+            f"(known: {', '.join(f'{GPU_AWARE}.{key}' for key in GPU_AWARE_KEYS)})"
+        )
+    return {GPU_AWARE_KEYS[key]: (value, f"from {path} {GPU_AWARE}.{key}") for key, value in section.items()}
+
+
 def load_config(flags: Mapping[str, object | None], env: Mapping[str, str] | None = None) -> ExtenderConfig:
     """Build the config from flags (option name -> value or None when not given; `config` names the
     YAML file), the environment (`KUBECONFIG`) and the file."""
@@ -270,11 +341,19 @@ def load_config(flags: Mapping[str, object | None], env: Mapping[str, str] | Non
     config_path = flags.get(CONFIG_OPTION.name)
     file = read_config_file(read(pathname, config_path, "--config")) if config_path is not None else {}
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for option in OPTIONS:
         resolved = resolve(option, flags, env, (file,))
         if resolved is not None:
-            values[option.field] = resolved[0]
+            values[option.field], sources[option.name] = resolved[0], resolved[1]
     config = replace(ExtenderConfig(), **values)
+    if config.compat == "volcano":
+        for name in GPU_AWARE_KEYS.values():
+            if values.get(name.replace("-", "_"), 0) > 0:
+                raise OptionError(
+                    f"{sources[name]}: the gpu-aware score is this project's, not Volcano's "
+                    "deviceshare score; compat volcano keeps Volcano's scores, so it must be 0"
+                )
     if config.device_config is None:
         return config
     vnpus, geometries = read_device_config(config.device_config, config.compat)
