@@ -162,6 +162,8 @@ def decode_topology(text: str) -> Topology:
         return Topology(tuple(gpus), tuple(numa), tuple(parse_link(item) for item in links))
     except ValueError as err:  # json.JSONDecodeError is a ValueError
         raise AnnotationError(f"node annotation {TOPOLOGY_KEY}: {err}") from None
+    except RecursionError:  # json.loads of deeply nested brackets
+        raise AnnotationError(f"node annotation {TOPOLOGY_KEY}: nested too deeply to be a topology") from None
 
 
 def node_topology(node: objects.Obj) -> Topology | None:
