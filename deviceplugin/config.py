@@ -196,7 +196,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "node-name", "NODE_NAME", text, "this node's name (required; from the downward API in a DaemonSet)"
     ),
-    Option("gpu-strategy", "GPU_STRATEGY", choice(*STRATEGIES), "share | number | vgpu"),
+    Option(
+        "gpu-strategy",
+        "GPU_STRATEGY",
+        choice(*STRATEGIES),
+        "share | number | vgpu | whole (nvidia.com/gpu, whole GPUs: docs/whole.md)",
+    ),
     Option("gpu-memory-factor", "GPU_MEMORY_FACTOR", _factor, "MiB per advertised memory device, or auto"),
     Option(
         "device-id-strategy", "DEVICE_ID_STRATEGY", choice("uuid", "index"), "NVIDIA_VISIBLE_DEVICES form"

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from deviceplugin.gpu.fake import fake_uuid
+from deviceplugin.plugin.devices import RESOURCES
 from kubesim.admission import Admission
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.kubelet import KubeletEmulator
@@ -166,3 +169,28 @@ def test_without_the_scheduler_s_choice_kubelet_is_steered_to_the_best_linked_gp
     assert admit(kubelet, gpu_pod(apiserver, "one", 1, one), daemon).devices_of(GPU) == {UUIDS[1]}
     entry = admit(kubelet, gpu_pod(apiserver, "pair", 2), daemon).allocation("cuda", GPU)
     assert entry.preferred_used and set(entry.device_ids) == {UUIDS[2], UUIDS[3]}
+
+
+@pytest.mark.parametrize("strategy", ["share", "number", "vgpu"])
+def test_a_sharing_node_never_advertises_nvidia_gpus(
+    apiserver: ApiServerEmulator,
+    kubelet: KubeletEmulator,
+    start: Callable[..., Daemon],
+    workdir: Path,
+    strategy: str,
+) -> None:
+    """kubelet would count a shared GPU once more as a whole one: only `whole` nodes advertise it."""
+    served = [resource.name for resource in RESOURCES[strategy]]  # type: ignore[index]
+    hook = workdir / "hook"
+    hook.mkdir()
+    kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
+    daemon = start(
+        *("--fake-gpus", "2x10989", "--gpu-strategy", strategy, "--hook-path", str(hook)),
+        *("--kubeconfig", str(kubeconfig)),
+    )
+    assert kubelet.wait_for(streaming(*served), TIMEOUT_S), daemon.output()
+    eventually(lambda: labels(apiserver).get("volcano.sh/gpu-strategy") == strategy, daemon)
+    assert sorted(registration.resource for registration in kubelet.registrations) == sorted(served)
+    assert kubelet.resource(GPU) is None
+    status = (apiserver.get("nodes", NODE) or {}).get("status") or {}
+    assert GPU not in {**status.get("capacity", {}), **status.get("allocatable", {})}
