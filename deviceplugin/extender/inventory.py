@@ -4,8 +4,8 @@ Fed by the node and pod caches' listeners, one event at a time, so a scheduling 
 ready-made GPU states instead of rebuilding them:
 
 - a node event rebuilds that node's GPUs only when what the plugin publishes about them changed
-  (capacity, allocatable, the registration / health / memory-factor annotations, the strategy
-  label), then books its pods again; heartbeats that change nothing else cost a comparison;
+  (capacity, allocatable, the registration / health / memory-factor / topology annotations, the
+  strategy label), then books its pods again; heartbeats that change nothing else cost a comparison;
 - a pod event books or unbooks that one pod (`fit.add_*_pod` / `fit.remove_*_pod`).
 
 Beside the GPU strategy's cards, a node keeps the cards of every configured Ascend chip it
@@ -39,13 +39,19 @@ from deviceplugin.fit.families import AscendFamily, DeviceFamily, Family, family
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, MigGeometry, is_volcano_compat
 from deviceplugin.fit.policy import Policy
+from deviceplugin.fit.topology import TOPOLOGY_KEY, Topology, node_topology
 from deviceplugin.kube.api import Obj
 from deviceplugin.kube.rejections import Rejections, describe
 
 _CAPACITY_KEYS = (fitkeys.GPU_MEMORY, fitkeys.GPU_NUMBER, fitkeys.NVIDIA_GPU)
 # nvidia.com/gpu: kubelet lowers allocatable for unhealthy GPUs (the whole family reads it)
 _ALLOCATABLE_KEYS = (fitkeys.VGPU_NUMBER, fitkeys.VGPU_MEMORY, fitkeys.VGPU_CORES, fitkeys.NVIDIA_GPU)
-_ANNOTATION_KEYS = (fitkeys.NODE_VGPU_REGISTER, fitkeys.GPU_UNHEALTHY_IDS, fitkeys.GPU_MEMORY_FACTOR)
+_ANNOTATION_KEYS = (
+    fitkeys.NODE_VGPU_REGISTER,
+    fitkeys.GPU_UNHEALTHY_IDS,
+    fitkeys.GPU_MEMORY_FACTOR,
+    TOPOLOGY_KEY,
+)
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
@@ -150,6 +156,7 @@ class NodeView:
     gpus: list[GpuState] = field(default_factory=list)
     config: VgpuConfig = DEFAULT_VGPU_CONFIG
     error: str = ""  # why the node's GPUs could not be read ("" when they could)
+    topology: Topology | None = None  # how its GPUs connect; None: unpublished, unreadable or compat=volcano
     other_strategy: str = ""  # why the node runs a strategy other than the extender's ("" when not)
     # Per Ascend family of the inventory (same order): its cards here, None when the node has
     # none of that chip; the shared empty tuple when it has none at all.
@@ -217,6 +224,11 @@ class Inventory:
         with self._lock:
             return [name for name, view in self._views.items() if view.known]
 
+    def node_of(self, uid: str) -> str:
+        """The node a pod is booked on (bound, or assumed by a bind or a reserve); "" when none."""
+        with self._lock:
+            return self._pod_nodes.get(uid, "")
+
     def _view_for(self, name: str) -> NodeView:
         with self._lock:
             view = self._views.get(name)
@@ -234,6 +246,7 @@ class Inventory:
         with view.lock:
             if kind == "DELETED":
                 view.known, view.signature, view.gpus, view.error = False, None, [], ""
+                view.topology = None
                 view.other_strategy, view.npus = "", _NO_NPUS
                 view.generation += 1
                 return
@@ -256,10 +269,20 @@ class Inventory:
             config, gpus, error = DEFAULT_VGPU_CONFIG, [], f"node {view.name}: {describe(err)}"
             self.rejected_nodes.reject(node, err)
         view.config, view.gpus, view.error = config, gpus, error
+        view.topology = None if volcano else self._topology(node)
         view.npus = self._npu_cards(view.name, node) if self.ascend else _NO_NPUS
         for pod in view.pods.values():
             self._add(view, pod)
         view.generation += 1
+
+    def _topology(self, node: Obj) -> Topology | None:
+        """The node's published topology; a malformed one is reported (`rejected_nodes`) and the
+        node is fitted as one without: its GPUs are no less usable for it."""
+        try:
+            return node_topology(node)
+        except Exception as err:
+            self.rejected_nodes.reject(node, err)
+            return None
 
     def _config(self, factor: int) -> VgpuConfig:
         config = self._configs.get(factor)

@@ -171,10 +171,17 @@ class ExtenderService:
         return "", False, fits
 
     def _fit(self, view: NodeView, pod: Obj, request: PodRequest) -> FitResult:
-        """Fit on one node; caller holds `view.lock`."""
+        """Fit on one node, its GPU topology choosing among the cards the policy rates alike
+        (docs/topology.md); caller holds `view.lock`."""
         config = self.config
         return self.inventory.family.fit(
-            view.gpus, pod, request, policy=config.policy, compat=config.compat, config=view.config
+            view.gpus,
+            pod,
+            request,
+            policy=config.policy,
+            compat=config.compat,
+            config=view.config,
+            topology=view.topology,
         )
 
     def _shape(self, request: PodRequest) -> int:
