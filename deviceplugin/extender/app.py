@@ -86,6 +86,8 @@ class Extender:
             binder=self.kube.bind_pod,
             readiness=self.readiness,
         )
+        self.nodes.add_listener(self.service.supernodes.on_node)
+        self.pods.add_listener(self.service.supernodes.on_pod)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(CacheCollector(METRICS_PREFIX, (self.nodes, self.pods)))
         registry.register(WorkerCollector(METRICS_PREFIX, self.supervisor))

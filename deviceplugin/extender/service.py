@@ -43,6 +43,7 @@ from deviceplugin.extender.protocol import (
     filter_result,
     host_priorities,
 )
+from deviceplugin.extender.supernodes import SuperNodes
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
@@ -105,6 +106,8 @@ class ExtenderService:
         self._shapes: dict[PodRequest, int] = {}
         self._shape_numbers = itertools.count()
         self._npu_names = frozenset(name for family in inventory.ascend for name in family.resources)
+        # Super-node groups (docs/supernode.md): fed by the caches' listeners (app.Extender).
+        self.supernodes = SuperNodes(inventory)
         # The chips configured but switched off (ascend-hami-vnpu false): their pods are refused.
         off = () if config.serves_ascend else ascend_families(config.vnpus)
         self._npu_off = frozenset(name for family in off for name in family.resources)
@@ -267,6 +270,10 @@ class ExtenderService:
             return filter_result(args, list(args.node_names), {}, {})
         if npus:
             return self._filter_npus(args, request, npus)
+        try:
+            groups = self.supernodes.verdict(pod)
+        except FitInputError as err:
+            return filter_result(args, [], {}, {}, error=str(err))
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -275,6 +282,11 @@ class ExtenderService:
         policy = self._policy()
         shape = self._shape(request)
         for name in args.node_names:
+            if groups is not None:
+                why, hopeless = groups.refuses(name)
+                if why:
+                    (unresolvable if hopeless else failed)[name] = why
+                    continue
             view = views.get(name)
             # Prioritize finds a quick fit's score in the node's QuickFits: none is kept here, so
             # a filter over 20,000 nodes leaves no 20,000 entries to the collector.
@@ -409,7 +421,15 @@ class ExtenderService:
                 except FitInputError:
                     result = FitResult(ok=False)
             scores.append((name, score_of(result)))
-        return host_priorities(scores)
+        return host_priorities(self._group_preference(pod, scores))
+
+    def _group_preference(self, pod: Obj, scores: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """`scores` with a best-effort super-node group's preference first (docs/supernode.md)."""
+        try:
+            groups = self.supernodes.verdict(pod)
+        except FitInputError:  # filter refused the pod and said why
+            return scores
+        return scores if groups is None else groups.ranked(scores, MAX_EXTENDER_PRIORITY)
 
     def _prioritize_npus(
         self, args: ExtenderArgs, request: PodRequest, npus: NpuRequests, cached: dict[str, tuple[int, int]]
