@@ -25,6 +25,7 @@ from deviceplugin.fit import (
     vgpu_gpus,
 )
 from deviceplugin.fit.mig_tables import builtin_geometries
+from deviceplugin.fit.topology import Topology, node_topology
 from deviceplugin.inspect.ascend import carries_ascend, npu_cards
 from deviceplugin.inspect.model import GpuReport, MigSlot, NodeReport, PodOnGpu, PodState
 from deviceplugin.inspect.strategy import detect_strategy, memory_factor, node_address
@@ -55,7 +56,20 @@ def node_report(node: objects.Obj, pods: Iterable[objects.Obj]) -> NodeReport:
     elif not ascend:  # "none": no GPU resource
         problems.append(NO_GPUS)
     npus = npu_cards(node, pods, problems) if ascend else ()
-    return NodeReport(name, node_address(node), strategy, factor, gpus, tuple(problems), npus, ascend)
+    topology = _topology(node, problems)
+    return NodeReport(
+        name, node_address(node), strategy, factor, gpus, tuple(problems), npus, ascend, topology
+    )
+
+
+def _topology(node: objects.Obj, problems: list[str]) -> Topology | None:
+    """The published GPU interconnect; a malformed one is a note (the scheduler then chooses
+    cards without it)."""
+    try:
+        return node_topology(node)
+    except FitInputError as err:
+        problems.append(f"{err}; cards are chosen without it")
+        return None
 
 
 def _active_pods(pods: Iterable[objects.Obj], problems: list[str]) -> dict[str, objects.Obj]:

@@ -3,9 +3,11 @@ node does not publish is null rather than missing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
+from deviceplugin.fit.topology import Topology
 from deviceplugin.inspect.model import GpuReport, MigSlot, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 
 KIND = "GpuInspection"
@@ -74,6 +76,17 @@ def _npu(card: NpuCardReport) -> dict[str, Any]:
     }
 
 
+def _topology(topology: Topology | None) -> dict[str, Any] | None:
+    if topology is None:
+        return None
+    pairs = itertools.combinations(topology.gpus, 2)
+    return {
+        "gpus": list(topology.gpus),
+        "numa": list(topology.numa),
+        "links": {f"{a}-{b}": str(topology.link(a, b)) for a, b in pairs},
+    }
+
+
 def _node(node: NodeReport) -> dict[str, Any]:
     publishes_memory = any(gpu.memory_total_mib is not None for gpu in node.gpus)
     return {
@@ -84,6 +97,7 @@ def _node(node: NodeReport) -> dict[str, Any]:
         "memoryMiB": _pair(node.memory_used_mib, node.memory_total_mib) if publishes_memory else None,
         "gpus": [_gpu(gpu) for gpu in node.gpus],
         "npus": [_npu(card) for card in node.npus],
+        "topology": _topology(node.topology),
         "problems": list(node.problems),
     }
 

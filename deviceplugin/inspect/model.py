@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Strategy = Literal["share", "number", "vgpu", "none", "unknown"]
+from deviceplugin.fit.topology import Topology
+
+Strategy = Literal["share", "number", "vgpu", "whole", "none", "unknown"]
 """`none`: the node publishes no GPU resource; `unknown`: its object could not be read."""
 PodState = Literal["assigned", "pending", "failed"]
 
@@ -97,6 +99,8 @@ class NodeReport:
     npus: tuple[NpuCardReport, ...] = ()
     #: The node publishes Ascend cards (or tries to: a malformed registration), so it is shown.
     ascend: bool = False
+    #: How its GPUs connect (`volcano.sh/gpu-topology`); None when unpublished or unreadable.
+    topology: Topology | None = None
 
     @property
     def memory_used_mib(self) -> int:

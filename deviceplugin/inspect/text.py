@@ -1,8 +1,10 @@
 """The human-readable report: one row per GPU, one per Ascend card (with the pods on it), problems,
-pending pods, cluster totals; `-d` adds the pods on each GPU and card with their memory and cores."""
+pending pods, cluster totals; `-d` adds the pods on each GPU and card with their memory and cores,
+and the node's GPU interconnect as `nvidia-smi topo -m` draws it."""
 
 from __future__ import annotations
 
+from deviceplugin.fit.topology import UNKNOWN_NUMA, Topology
 from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
 from deviceplugin.inspect.table import format_table
 
@@ -32,6 +34,10 @@ NPU_HEADER = (
     "ON-CARD",
 )
 DASH = "-"
+TOPOLOGY_LEGEND = (
+    "NV<n>: n NVLinks; PIX: one PCIe switch; PXB: several switches; PHB: a host bridge; "
+    "NODE: one NUMA node; SYS: across NUMA nodes"
+)
 
 
 def _used(used: int | None, total: int | None) -> str:
@@ -134,6 +140,8 @@ def _detail_lines(node: NodeReport) -> list[str]:
         ]
         if slots:
             lines += ["  MIG slots in use:", *format_table(("GPU", "SLOT", "POD"), slots, indent="    ")]
+        if node.topology is not None:
+            lines += _topology_lines(node.topology)
     if node.npus:
         rows = [
             [
@@ -149,6 +157,21 @@ def _detail_lines(node: NodeReport) -> list[str]:
         header = ("CARD", "POD", "MEMORY(MiB)", "AICORE", "STATE")
         lines += format_table(header, rows, indent="  ") if rows else ["  no pods on its Ascend cards"]
     return lines
+
+
+def _topology_lines(topology: Topology) -> list[str]:
+    """The pair matrix with each GPU's NUMA node, like `nvidia-smi topo -m`."""
+    names = [f"GPU{gpu}" for gpu in topology.gpus]
+    rows = [
+        [
+            name,
+            *("X" if a == b else str(topology.link(a, b)) for b in topology.gpus),
+            DASH if topology.numa_of(a) == UNKNOWN_NUMA else str(topology.numa_of(a)),
+        ]
+        for name, a in zip(names, topology.gpus, strict=True)
+    ]
+    table = format_table(("", *names, "NUMA"), rows, indent="    ")
+    return ["  GPU topology:", *table, f"    {TOPOLOGY_LEGEND}"]
 
 
 def render_text(report: Report, *, details: bool = False) -> str:
