@@ -228,7 +228,12 @@ CASES: list[tuple[str, Request, str | None]] = [
     (
         "daemon sets its strategy label to no strategy",
         node_update(lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "all"})),
-        "set to share, number or vgpu",
+        "set to share, number, vgpu or whole",
+    ),
+    (
+        "daemon labels its node with the whole strategy",
+        node_update(lambda n: labels(n).update({keys.GPU_STRATEGY_LABEL: "whole"})),
+        None,
     ),
     (
         "daemon removes its node's strategy label",

@@ -69,6 +69,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "share": {"strategy": "share"},
     "number": {"strategy": "number"},
+    "whole": {"strategy": "whole"},
     "vgpu": {"strategy": "vgpu", "vgpu": {"upstreamConfigMaps": True, "splitCount": 4}},
     "spread": {"policy": "spread", "weight": 5, "memoryFactor": "auto"},
     "custom-scheduling": CUSTOM_SCHEDULING,
@@ -224,13 +225,27 @@ def extender_config_for(docs: list[Doc], where: Path) -> tuple[Any, dict[str, st
     return load_extender_config({**given, "config": str(where / key)}, env={}), given
 
 
-@pytest.mark.parametrize("strategy", ["share", "number", "vgpu"])
+@pytest.mark.parametrize("strategy", ["share", "number", "vgpu", "whole"])
 def test_strategy_reaches_the_daemon_and_the_extender(strategy: str, tmp_path: Path) -> None:
     docs = template({"strategy": strategy}, tmp_path)
     daemon = daemon_config(docs, find(docs, "DaemonSet", DAEMON), tmp_path, node=NODE)
     assert daemon.gpu_strategy == strategy
     extender, _ = extender_config_for(docs, tmp_path)
     assert extender.strategy == strategy
+
+
+@pytest.mark.parametrize("strategy", ["share", "number", "vgpu", "whole"])
+def test_kube_scheduler_sends_nvidia_gpu_pods_to_the_extender_only_when_it_runs_whole(
+    strategy: str, tmp_path: Path
+) -> None:
+    """Elsewhere those pods are NVIDIA's plugin's, placed by kube-scheduler alone (docs/whole.md)."""
+    docs = template({"strategy": strategy}, tmp_path)
+    config = yaml.safe_load(find(docs, "ConfigMap", SCHEDULER_CONFIG_MAP)["data"][SCHEDULER_CONFIG_KEY])
+    managed = {
+        entry["name"]: entry["ignoredByScheduler"] for entry in config["extenders"][0]["managedResources"]
+    }
+    assert ("nvidia.com/gpu" in managed) == (strategy == "whole")
+    assert managed.get("nvidia.com/gpu", False) is False  # kube-scheduler counts the devices too
 
 
 def test_policy_weight_and_memory_factor_reach_their_configs(tmp_path: Path) -> None:
