@@ -24,6 +24,8 @@ import grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import objects
 from deviceplugin.fit.bounds import shown
+from deviceplugin.fit.linked import best_with
+from deviceplugin.fit.topology import Topology
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -145,6 +147,33 @@ def kubelet_choice(request: pb.ContainerPreferredAllocationRequest, first: Seque
     return list(chosen)
 
 
+def linked_devices(
+    request: pb.ContainerPreferredAllocationRequest, devices: DeviceList, topology: Topology | None
+) -> list[str]:
+    """For a container the scheduler did not pin: one of kubelet's IDs on each GPU of the
+    best-linked set of `allocation_size` GPUs (docs/topology.md), the must-include IDs' GPUs kept,
+    the others chosen among the available IDs' GPUs (index order breaks ties, as the extender's
+    fit). Empty, so kubelet's own order stands, without a topology, for memory-unit resources
+    (a container's memory lives on one GPU) and when the size cannot be met one ID per GPU."""
+    size = request.allocation_size
+    if topology is None or size < 2 or devices.resource.memory_based:
+        return []
+    must = list(dict.fromkeys(request.must_include_deviceIDs))
+    kept = [gpu.index for gpu in map(devices.gpu_of, must) if gpu is not None]
+    if len(set(kept)) < len(must):  # not ours, or two on one GPU
+        return []
+    free: dict[int, str] = {}
+    for device_id in request.available_deviceIDs:
+        gpu = devices.gpu_of(device_id)
+        if gpu is not None and gpu.index not in kept:
+            free.setdefault(gpu.index, device_id)
+    wanted = size - len(kept)
+    if wanted < 1 or len(free) < wanted:
+        return []
+    chosen = best_with(topology, kept, sorted(free), wanted)
+    return [*must, *(free[index] for index in chosen)]
+
+
 def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
     """The GPU of each of kubelet's device IDs; an AllocateError for none or unknown ones."""
     resource = devices.resource.name
@@ -234,8 +263,10 @@ class PodAllocator(Generic[P]):
         stats: AllocationStats | None = None,
         on_outbox: Callable[[], None] = lambda: None,
         pod_resources: Path | None = None,
+        topology: Topology | None = None,
     ) -> None:
         self.devices = devices
+        self.topology = topology  # how the node's GPUs connect, for containers the scheduler did not pin
         self.resource = devices.resource.name
         self.health = health
         self.pods = pods
@@ -515,8 +546,10 @@ class PodAllocator(Generic[P]):
         self.on_outbox()
 
     def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
-        """Device IDs on the GPU(s) the scheduler chose, so kubelet's own records name them.
-        Best effort: never an error (kubelet falls back to its own choice on a short answer)."""
+        """Device IDs on the GPU(s) the scheduler chose, so kubelet's own records name them; for a
+        container it did not pin (no pod found, no choice on it) the best-linked GPUs
+        (`linked_devices`). Best effort: never an error (kubelet falls back to its own choice on
+        a short answer)."""
         wanted: tuple[str, ...] = ()
         with self._lock:
             deadline = time.monotonic() + self.timeout_s
@@ -526,8 +559,9 @@ class PodAllocator(Generic[P]):
             with contextlib.suppress(AllocateError):  # Allocate will report it
                 wanted = self.devices.id_prefixes(gpu.index for gpu in self._placement(pod, need, ()).gpus)
         available = request.available_deviceIDs  # 160,000 IDs and more in share mode
-        on_wanted = [device_id for device_id in available if device_id.startswith(wanted)] if wanted else []
-        return kubelet_choice(request, on_wanted)
+        if not wanted:
+            return kubelet_choice(request, linked_devices(request, self.devices, self.topology))
+        return kubelet_choice(request, [device_id for device_id in available if device_id.startswith(wanted)])
 
     # --- detection and correction ---------------------------------------------------------------
 
