@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "outbox": ("outbox.py",),
     "extender": ("extender.py",),
     "http_servers": ("http_servers.py",),
+    "fragmentation": ("fragmentation.py",),
 }
 
 
