@@ -21,6 +21,14 @@ docs/mig.md): every GPU of a `mig` node is a fake card in MIG mode, so its model
 MIG has a profile table for (A100 40/80 GB, A30, H100 80 GB, H200 141 GB), and the daemon refuses
 any other at start; or `mps` (docs/mps.md): the daemon runs one MPS control daemon per GPU, the
 stand-in `deviceplugin/gpu/fake_mps_control.py` (`MPS_CONTROL`), under an MPS root of the node's.
+
+`topology` names how the node's GPUs connect, one of the daemon's presets (`dgx-a100`,
+`pcie-2socket`, `nvlink-pairs`; docs/topology.md): the daemon publishes it as
+`volcano.sh/gpu-topology` (`--fake-gpu-topology`) and multi-GPU pods get the best-linked cards.
+The node's `count` defaults to the preset's GPUs and must match them.
+
+`super-node` puts the node in a super-node: its `volcano.sh/super-node` label, by which the
+extender places the groups of a job with a GPU group size (docs/supernode.md).
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ import yaml
 
 from deviceplugin.fit import keys
 from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.supernode import SUPER_NODE_LABEL
 from deviceplugin.gpu import mps
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.mig import MIG_MODELS, model_for
+from deviceplugin.gpu.topology import PRESETS
 from deviceplugin.plugin.devices import (
     MESSAGE_BUDGET,
     RESOURCES,
@@ -55,13 +65,15 @@ DEFAULT_SHAPE: Mapping[Strategy, tuple[int, int]] = {
     "share": (2, 10989),
     "number": (4, 16384),
     "vgpu": (2, 16384),
+    "whole": (4, 16384),
 }
 MAX_GPUS = 64  # what `--fake-gpus` takes
 MAX_NODES = 16  # each node is a daemon process
 #: Node names stay short: the kubelet socket paths below the node's directory must fit in 107 bytes.
 MAX_NAME = 20
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_KEYS = ("name", "strategy", "count", "memory", "model", "mode", "memory-factor")
+_KEYS = ("name", "strategy", "count", "memory", "model", "mode", "memory-factor", "topology", "super-node")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 SPLIT_COUNT = 10  # the daemon's default --vgpu-split-count
 _UUIDS = uuidlib.UUID("0c9a4c58-3f1e-4d0b-9d7e-5b2f8e61a7c3")
 #: The control binary of an `mps` node's daemon: the product's stand-in for nvidia-cuda-mps-control.
@@ -91,6 +103,15 @@ class NodeSpec:
     mode: str | None = None
     #: MiB per memory unit (`--gpu-memory-factor`).
     memory_factor: int = 1
+    #: The GPUs' interconnect: a preset of the daemon's (`--fake-gpu-topology`), or None.
+    topology: str | None = None
+    #: The node's super-node ("" when in none).
+    super_node: str = ""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels the node's shape gives it beside kubelet's."""
+        return {SUPER_NODE_LABEL: self.super_node} if self.super_node else {}
 
     @property
     def gpus(self) -> tuple[FakeGpu, ...]:
@@ -114,13 +135,16 @@ class NodeSpec:
         return path
 
     def daemon_options(self, mps_root: Path) -> list[str]:
-        """The daemon's options this node's shape adds: a vgpu node's operating mode and, in mode
-        mps, where its control daemons live (`mps_root`) and the stand-in control binary."""
+        """The daemon's options this node's shape adds: its GPUs' topology, a vgpu node's operating
+        mode and, in mode mps, where its control daemons live (`mps_root`) and the stand-in
+        control binary."""
+        options = ["--fake-gpu-topology", self.topology] if self.topology else []
         if self.strategy != "vgpu" or not self.mode:
-            return []
+            return options
+        options += ["--vgpu-mode", self.mode]
         if self.mode == keys.MODE_MPS:
-            return ["--vgpu-mode", self.mode, "--mps-root", str(mps_root), "--mps-control", MPS_CONTROL]
-        return ["--vgpu-mode", self.mode]
+            options += ["--mps-root", str(mps_root), "--mps-control", MPS_CONTROL]
+        return options
 
 
 def node(name: str, strategy: Strategy) -> NodeSpec:
@@ -198,6 +222,9 @@ def _spec(entry: Mapping[str, Any], where: str, before: Sequence[NodeSpec]) -> N
     name = _name(entry.get("name", f"gpu-{strategy}-{number}"), f"{where}.name")
     if any(spec.name == name for spec in before):
         raise NodeSpecError(f"{where}.name: node {name} is given twice")
+    topology = _topology(entry.get("topology"), f"{where}.topology")
+    if topology is not None:
+        count = len(PRESETS[topology]().gpus)
     spec = NodeSpec(
         name=name,
         strategy=strategy,
@@ -206,7 +233,14 @@ def _spec(entry: Mapping[str, Any], where: str, before: Sequence[NodeSpec]) -> N
         model=_model(entry.get("model", DEFAULT_MODEL), f"{where}.model"),
         mode=_mode(entry.get("mode"), strategy, f"{where}.mode"),
         memory_factor=_whole(entry.get("memory-factor", 1), f"{where}.memory-factor", 1, 1 << 20),
+        topology=topology,
+        super_node=_super_node(entry.get("super-node", ""), f"{where}.super-node"),
     )
+    if topology is not None and spec.count != count:
+        raise NodeSpecError(
+            f"{where}.topology: {topology} describes {count} GPUs; the node has count {spec.count} "
+            f"(leave count out, or give {count})"
+        )
     _check_factor(spec, where)
     if spec.mode == keys.MODE_MIG and model_for(spec.model, spec.memory_mib) is None:
         supported = ", ".join(model.key for model in MIG_MODELS)
@@ -219,9 +253,11 @@ def _spec(entry: Mapping[str, Any], where: str, before: Sequence[NodeSpec]) -> N
 
 def _check_factor(spec: NodeSpec, where: str) -> None:
     """The daemon would refuse to start: say so now, in the node's terms."""
-    if spec.strategy == "number":
+    if not any(resource.memory_based for resource in RESOURCES[spec.strategy]):
         if spec.memory_factor != 1:
-            raise NodeSpecError(f"{where}.memory-factor: number nodes advertise whole GPUs, not memory")
+            raise NodeSpecError(
+                f"{where}.memory-factor: {spec.strategy} nodes advertise whole GPUs, not memory"
+            )
         return
     gpus = [GpuInfo(g.index, g.uuid, g.model, g.memory_mib) for g in spec.gpus]
     resources = RESOURCES[spec.strategy]
@@ -259,10 +295,26 @@ def _whole(value: object, where: str, low: int, high: int) -> int:
     return int(text)
 
 
+def _super_node(value: object, where: str) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+        raise NodeSpecError(
+            f"{where}: {value!r} must be a label value (letters, digits, '-', '_', '.', at most 63)"
+        )
+    return value
+
+
 def _model(value: object, where: str) -> str:
     if not isinstance(value, str) or not value.strip() or any(c in value for c in ",:;"):
         raise NodeSpecError(f"{where}: {value!r} must be a non-empty name free of ',', ':' and ';'")
     return value.strip()
+
+
+def _topology(value: object, where: str) -> str | None:
+    if value is None or (isinstance(value, str) and value in PRESETS):
+        return value
+    raise NodeSpecError(f"{where}: {value!r} must be one of {', '.join(PRESETS)}")
 
 
 def _mode(value: object, strategy: Strategy, where: str) -> str | None:
