@@ -13,6 +13,11 @@ finds is kept per pod shape until the node changes (`QuickFits`), so pods of one
 unchanged node one lookup. Only the nodes the quick fit cannot decide, and those where the pod
 does not fit (the scheduler is told why), get the full fit.
 
+With the gpu-aware score on (docs/gpu-aware.md), prioritize blends into each node's score what
+the placement costs the node's usable capacity: that needs the cards the full fit chooses, so
+every node is fitted in full (its score kept per pod shape until the node changes); off, the
+paths above are untouched.
+
 Bind fits the pod again on its node, against the current usage plus the pods other binds have
 assumed, and assumes it before the API call, all under the node's lock: two binds to one node
 never both get the same memory. A failed API call takes the assumption back.
@@ -47,6 +52,7 @@ from deviceplugin.extender.supernodes import SuperNodes
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
+from deviceplugin.fit.fragment import Weights, blend, fragment, sharing_of
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
@@ -111,6 +117,12 @@ class ExtenderService:
         # The chips configured but switched off (ascend-hami-vnpu false): their pods are refused.
         off = () if config.serves_ascend else ascend_families(config.vnpus)
         self._npu_off = frozenset(name for family in off for name in family.resources)
+        # The gpu-aware blend (docs/gpu-aware.md), None when off: compat volcano keeps Volcano's scores.
+        aware = config.gpu_aware
+        self._aware: Weights | None = aware if aware.on and not is_volcano_compat(config.compat) else None
+        self._sharing = sharing_of(inventory.family.strategy)
+        # Per node: (its generation, the pod shape, the blended host score) last found for a quick pod.
+        self._aware_scores: dict[str, tuple[int, int, int]] = {}
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -361,8 +373,37 @@ class ExtenderService:
 
     def devices_score(self, score: float, devices: int) -> int:
         """`host_score` of a fit that scored `score` on `devices` devices."""
-        per_device = score / devices if self.inventory.family.scores_per_device and devices else score
-        return self._scaled(per_device)
+        return self._scaled(self._per_device(score, devices))
+
+    def _per_device(self, score: float, devices: int) -> float:
+        return score / devices if self.inventory.family.scores_per_device and devices else score
+
+    def _aware_score(
+        self, weights: Weights, view: NodeView, pod: Obj, request: PodRequest, shape: int
+    ) -> int:
+        """`host_score` with the gpu-aware score blended in by `weights`: it needs the cards the
+        full fit chooses, so no quick fit serves it. A quick pod's score is kept per node until
+        the node changes, for the next pod of its shape."""
+        name = view.name
+        if self._unusable(name, view):
+            return 0
+        kept = self._aware_scores.get(name)
+        if request.quick and kept is not None and kept[0] == view.generation and kept[1] == shape:
+            return kept[2]
+        with view.lock:
+            generation = view.generation
+            try:
+                result = self._fit(view, pod, request)
+            except FitInputError:
+                return 0
+            if not result.ok:
+                return 0
+            base = self._per_device(result.score, sum(len(container) for container in result.devices))
+            placed = fragment(view.gpus, result.devices, view.topology, self._sharing)
+        score = self._scaled(blend(base, placed, weights))
+        if request.quick:
+            self._aware_scores[name] = (generation, shape, score)
+        return score
 
     def host_score_of(self, fits: Fits) -> int:
         """The host score of a pod fitted by several families: Volcano's node order sums the raw
@@ -401,8 +442,13 @@ class ExtenderService:
         views = self.inventory.views
         policy = self._policy()
         shape = self._shape(request)
+        aware = self._aware
         for name in args.node_names:
             view = views.get(name)
+            if aware is not None:
+                score = 0 if view is None else self._aware_score(aware, view, pod, request, shape)
+                scores.append((name, score))
+                continue
             entry = cached.get(name)
             if view is not None and entry is not None and entry[0] == view.generation:
                 scores.append((name, entry[1]))  # filter's fit, and the node is unchanged
