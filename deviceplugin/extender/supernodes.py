@@ -109,12 +109,7 @@ class SuperNodes:
         uid = pod_uid(pod)
         if not uid:
             return
-        try:
-            job = objects.podgroup_key(pod)
-            gpus = pod_gpus(pod) if job else 0
-            gone = kind == "DELETED" or objects.is_terminal(pod)
-        except FitInputError:  # the inventory reports a malformed pod; here it is no member
-            job, gpus, gone = "", 0, True
+        job, gpus = _member(pod) if kind != "DELETED" else ("", 0)
         with self._lock:
             before = self._job_of.pop(uid, "")
             if before:
@@ -122,9 +117,16 @@ class SuperNodes:
                 members.pop(uid, None)
                 if not members:
                     del self._jobs[before]
-            if job and gpus and not gone:
+            if job:
                 self._job_of[uid] = job
                 self._jobs.setdefault(job, {})[uid] = gpus
+
+    def has_seen(self, pod: Obj) -> bool:
+        """Whether the index counts `pod` in its job, or it is no member (a GPU pod of a pod group
+        that has not ended): how a caller knows the pod cache's events for it have arrived."""
+        job, _ = _member(pod)
+        with self._lock:
+            return not job or self._job_of.get(pod_uid(pod)) == job
 
     # --- decisions ----------------------------------------------------------------------------
 
@@ -167,3 +169,14 @@ class SuperNodes:
             idle = 0 if view.other_strategy or view.error else idle_cards(view.gpus)
         self._idle[name] = (generation, idle)
         return idle
+
+
+def _member(pod: Obj) -> tuple[str, int]:
+    """(pod group, GPUs) of a pod its job counts; ("", 0) for any other (no pod group, no GPU
+    count, ended, or unreadable: the inventory reports a malformed pod)."""
+    try:
+        job = objects.podgroup_key(pod)
+        gpus = pod_gpus(pod) if job and not objects.is_terminal(pod) else 0
+    except FitInputError:
+        return "", 0
+    return (job, gpus) if gpus else ("", 0)

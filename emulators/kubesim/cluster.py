@@ -117,7 +117,8 @@ class SimCluster:
         self.apiserver.write_kubeconfig(self.kubeconfig)
         kube = Kube(load_client(self.kubeconfig))
         for index, spec in enumerate(self.node_specs):
-            self.apiserver.create("nodes", {"metadata": {"name": spec.name, "labels": _labels(spec.name)}})
+            labels = _labels(spec.name) | spec.labels
+            self.apiserver.create("nodes", {"metadata": {"name": spec.name, "labels": labels}})
             self.nodes[spec.name] = self._start_node(spec, kube, index)
         for npu in self.ascend_specs.values():
             self.apiserver.create("nodes", npu.node(_labels(npu.name, gpu=False)))

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from deviceplugin.extender import Extender
@@ -39,6 +40,7 @@ from kubesim.failures import SimulationError
 from kubesim.workloads import Gang, Obj
 
 HTTP_TIMEOUT_S = 10.0
+CACHE_WAIT_S = 10.0  # how long a gang waits for the extenders' caches to show its members
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
@@ -198,6 +200,7 @@ class SimScheduler:
 
     def schedule_gang(self, pods: Sequence[Obj], gang: Gang) -> list[Decision]:
         """Try every member, reserving each on its node; bind them all, or none."""
+        self._await_members(pods)
         reserved: dict[str, list[Obj]] = {}
         held: list[tuple[Decision, list[Extender]]] = []
         decisions = []
@@ -225,6 +228,14 @@ class SimScheduler:
             if decision.problem:
                 self._unschedulable(decision, self._summary(decision))
         return decisions
+
+    def _await_members(self, pods: Sequence[Obj]) -> None:
+        """Until every interested extender's caches hold the gang's members: an extender counts a
+        job's size from its pod cache (super-node groups), as Volcano's gang plugin waits for
+        the job's pods before it places any."""
+        for extender in {id(e): e for pod in pods for e in self._interested(pod)}.values():
+            seen = extender.service.supernodes.has_seen
+            extender.pods.wait_until(partial(_all_seen, seen, pods), CACHE_WAIT_S)
 
     def _reserve(self, decision: Decision) -> list[Extender]:
         booked: list[Extender] = []
@@ -277,6 +288,10 @@ class SimScheduler:
             "reportingInstance": "",
         }
         self.apiserver.create("events", event)
+
+
+def _all_seen(seen: Callable[[Obj], bool], pods: Sequence[Obj], _cache: object) -> bool:
+    return all(map(seen, pods))
 
 
 def _gang_short(gang: Gang, decisions: Sequence[Decision]) -> str:

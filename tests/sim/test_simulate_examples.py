@@ -132,6 +132,15 @@ def _mindspore(run: Run) -> None:
     assert {node for w in workers for node, _ in w} == {"gpu-number-1"}
 
 
+def _supernode(run: Run) -> None:
+    """Each group of 8 GPUs (4 workers) in one super-node: sn-a-* or sn-b-*, two workers a node."""
+    nodes = [run.pod(f"llm-train-worker-{i}")["node"] for i in range(8)]
+    assert sorted(nodes[:4]) == ["sn-a-1", "sn-a-1", "sn-a-2", "sn-a-2"], nodes
+    assert sorted(nodes[4:]) == ["sn-b-1", "sn-b-1", "sn-b-2", "sn-b-2"], nodes
+    allocated = {env(run.pod(f"llm-train-worker-{i}"), "trainer")["VOLCANO_GPU_ALLOCATED"] for i in range(8)}
+    assert allocated == {"2"}
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "volcano-gpu-sharing.yaml": _sharing,
     "volcano-gpu-sharing-job.yaml": _sharing_job,
@@ -149,6 +158,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "vgpu-policy-spread.yaml": _other_gpus("first", "second"),
     "vgpu-podgroup-spread.yaml": _other_gpus("spread-job-worker-0", "spread-job-worker-1"),
     "volcano-job-mindspore.yaml": _mindspore,
+    "supernode-job.yaml": _supernode,
 }
 
 
