@@ -44,7 +44,8 @@ class WholeAllocator(GpushareAllocator):
         if pod.problem:
             where = f"pod {pod.display} container {need.name!r}"
             raise AllocateError(grpc.StatusCode.INVALID_ARGUMENT, "bad-annotation", f"{where}: {pod.problem}")
-        return Placement(pod, need, tuple(kubelet_gpus))
+        # in index order, as the extender's gpu-index: CUDA's device 0 is the lowest-indexed GPU
+        return Placement(pod, need, tuple(sorted(kubelet_gpus, key=lambda gpu: gpu.index)))
 
     def _response(self, placement: Placement) -> pb.ContainerAllocateResponse:
         """`NVIDIA_VISIBLE_DEVICES` (NVIDIA's `envvar` device-list strategy) and volcano-sh/devices'

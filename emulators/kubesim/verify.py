@@ -14,6 +14,8 @@ unless the node says otherwise):
   and `VOLCANO_GPU_TOTAL` = that GPU's MiB.
 - `volcano.sh/gpu-number` N: the container's slice of `gpu-index` (app containers take consecutive
   GPUs in container order, init containers start from the first), `VOLCANO_GPU_ALLOCATED` = N.
+- `nvidia.com/gpu` N (a `whole` node, docs/whole.md): as `gpu-number`; the plugin serves the GPUs
+  kubelet named and rewrites `gpu-index` to them, so the slice rule holds after it served the pod.
 - vGPU (an app container limiting `volcano.sh/vgpu-number` N, or `vgpu-memory` alone: 1): the
   container's entry of `volcano.sh/vgpu-ids-new` (entries follow the app containers that ask, in
   order) holds N devices; `NVIDIA_VISIBLE_DEVICES` names exactly their UUIDs;
@@ -31,7 +33,8 @@ unless the node says otherwise):
   from that GPU's pipe directory `<root>/<uuid>/pipe`, where its control daemon listens (`control`),
   and `/dev/shm` from `<root>/shm`, both read-write; nothing of HAMi-core.
 - A container asking for no GPU gets no `NVIDIA_VISIBLE_DEVICES` from a plugin.
-- The plugin marks the pod served: `gpu-assigned: "true"` (share, number), `bind-phase: success` (vGPU).
+- The plugin marks the pod served: `gpu-assigned: "true"` (share, number, whole), `bind-phase: success`
+  (vGPU).
 """
 
 from __future__ import annotations
@@ -165,6 +168,7 @@ class _Checker:
             view = self.views.get(name, ContainerView(name))
             memory = _whole(limits.get(keys.GPU_MEMORY))
             number = _whole(limits.get(keys.GPU_NUMBER))
+            gpus = _whole(limits.get(keys.NVIDIA_GPU))
             if memory:
                 gpushare_asked = True
                 self._gpushare(view, keys.GPU_MEMORY, memory, 0)
@@ -174,6 +178,11 @@ class _Checker:
                 self._gpushare(view, keys.GPU_NUMBER, number, start)
                 if name not in init_names:
                     number_offset += number
+            elif gpus:
+                gpushare_asked = True
+                self._gpushare(view, keys.NVIDIA_GPU, gpus, 0 if name in init_names else number_offset)
+                if name not in init_names:
+                    number_offset += gpus
             elif name not in init_names and (keys.VGPU_NUMBER in limits or keys.VGPU_MEMORY in limits):
                 vgpu_asked = True
                 self._vgpu(view, limits, vgpu_entry)
@@ -243,7 +252,7 @@ class _Checker:
         width = 1 if resource == keys.GPU_MEMORY else units
         value = self.notes.get(keys.GPU_INDEX)
         if value is None:
-            if resource == keys.GPU_NUMBER and len({gpu.index for gpu in named}) == width:
+            if resource != keys.GPU_MEMORY and len({gpu.index for gpu in named}) == width:
                 return [gpu.index for gpu in named]
             self.wrong(
                 view.name,

@@ -56,6 +56,13 @@ def _number_job(run: Run) -> None:
     assert env(run.pod("gpu-number-job-worker-0"), "cuda-container")["VOLCANO_GPU_ALLOCATED"] == "2"
 
 
+def _distributed_training(run: Run) -> None:
+    held = [gpus(run, f"distributed-training-worker-{i}", "trainer") for i in range(4)]
+    nvlink_pairs = [[(node, a), (node, a + 1)] for node in ("whole-1", "whole-2") for a in (0, 2)]
+    assert sorted(held) == nvlink_pairs  # each worker on one NVLink pair, in index order
+    assert env(run.pod("distributed-training-worker-0"), "trainer")["VOLCANO_GPU_ALLOCATED"] == "2"
+
+
 def _hami_core(run: Run) -> None:
     assert [node for node, _ in gpus(run, "hami-pod", "cuda-container")] == ["gpu-vgpu-1"]
     assert vgpu_limits(run, "hami-pod", "cuda-container") == ["3000m"]
@@ -146,6 +153,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "volcano-gpu-sharing-job.yaml": _sharing_job,
     "volcano-gpu-number.yaml": _number,
     "volcano-gpu-number-job.yaml": _number_job,
+    "volcano-distributed-training.yaml": _distributed_training,
     "volcano-vgpu-hami-core.yaml": _hami_core,
     "volcano-vgpu-job.yaml": _vgpu_job,
     "volcano-vgpu-training-job.yaml": _training,
