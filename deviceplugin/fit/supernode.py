@@ -29,9 +29,8 @@ ATOMIC_GROUP_SIZE = "volcano.sh/atomic-gpu-group-size"
 # The keys of Volcano's MetaX chapter, accepted as aliases of ours.
 METAX_GROUP_SIZE = "metax-tech.com/gpu-group-size"
 METAX_ATOMIC_GROUP_SIZE = "metax-tech.com/atomic-gpu-group-size"
-NVIDIA_GPU = "nvidia.com/gpu"
 # The resources that count a pod's GPUs (whole cards or vGPUs, one card each).
-GPU_COUNTS = (keys.GPU_NUMBER, keys.VGPU_NUMBER, NVIDIA_GPU)
+GPU_COUNTS = (keys.GPU_NUMBER, keys.VGPU_NUMBER, keys.NVIDIA_GPU)
 
 JOIN = 2  # preference: the super-node holds the job's open best-effort group
 WHOLE = 1  # preference: the super-node's free GPUs hold a new best-effort group whole

@@ -18,17 +18,44 @@ from deviceplugin.fit.supernode import (
     SUPER_NODE_LABEL,
 )
 from kubesim.apiserver import ApiServerEmulator
-from tests.extender.conftest import Obj, Running, StartExtender, create_pod, eventually, gpu_pod, share_node
+from tests.extender.conftest import (
+    Obj,
+    Running,
+    StartExtender,
+    create_pod,
+    eventually,
+    gpu_pod,
+    share_node,
+    vgpu_node,
+)
 
 SUPER_NODES = {"east-1": "east", "east-2": "east", "west-1": "west", "west-2": "west"}
 NODES = [*SUPER_NODES, "loner"]  # loner: 8 GPUs, no super-node label
 GROUP = "scheduling.k8s.io/group-name"
 
 
-def add_nodes(apiserver: ApiServerEmulator) -> None:
-    """Four 8-GPU number nodes in two super-nodes, and one in none."""
+def whole_node(name: str) -> Obj:
+    """A node of NVIDIA's resource (the `whole` strategy): 8 GPUs."""
+    resources = {"cpu": "8", "nvidia.com/gpu": "8"}
+    return {"metadata": {"name": name}, "status": {"capacity": resources, "allocatable": dict(resources)}}
+
+
+NODE_OF = {
+    "number": lambda name: share_node(name, gpus=8, memory_resource=False),
+    "vgpu": lambda name: vgpu_node(name, gpus=8),
+    "whole": whole_node,
+}
+ASKS = {
+    "number": {"volcano.sh/gpu-number": "2"},
+    "vgpu": {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "1000"},
+    "whole": {"nvidia.com/gpu": "2"},
+}
+
+
+def add_nodes(apiserver: ApiServerEmulator, strategy: str = "number") -> None:
+    """Four 8-GPU nodes in two super-nodes, and one in none."""
     for name in NODES:
-        node = share_node(name, gpus=8, memory_resource=False)
+        node = NODE_OF[strategy](name)
         if name in SUPER_NODES:
             node["metadata"]["labels"] = {SUPER_NODE_LABEL: SUPER_NODES[name]}
         apiserver.create("nodes", node)
@@ -43,14 +70,11 @@ def occupy(apiserver: ApiServerEmulator, node: str, cards: str) -> None:
 
 
 def job(
-    apiserver: ApiServerEmulator, name: str, pods: int, sizes: Mapping[str, str], gpus: int = 2
+    apiserver: ApiServerEmulator, name: str, pods: int, sizes: Mapping[str, str], strategy: str = "number"
 ) -> list[Obj]:
-    """The job's pods, each asking `gpus` whole GPUs, in pod group `name`, annotated `sizes`."""
+    """The job's pods, each asking 2 GPUs of `strategy`, in pod group `name`, annotated `sizes`."""
     return [
-        create_pod(
-            apiserver,
-            gpu_pod(f"{name}-{i}", {"volcano.sh/gpu-number": str(gpus)}, annotations={GROUP: name, **sizes}),
-        )
+        create_pod(apiserver, gpu_pod(f"{name}-{i}", ASKS[strategy], annotations={GROUP: name, **sizes}))
         for i in range(pods)
     ]
 
@@ -60,7 +84,8 @@ def schedule(ext: Running, pod: Obj) -> str:
     result = ext.client.filter(pod, NODES)
     assert result["Error"] == "" and result["NodeNames"], result
     scores = ext.client.prioritize(pod, result["NodeNames"])
-    node = max(result["NodeNames"], key=lambda name: (scores[name], name))
+    passed: list[str] = result["NodeNames"]
+    node = max(passed, key=lambda name: (scores[name], name))
     assert ext.client.bind(pod, node) == ""
     return node
 
@@ -69,12 +94,13 @@ def super_nodes_of(nodes: list[str]) -> list[str]:
     return [SUPER_NODES[node] for node in nodes]
 
 
+@pytest.mark.parametrize("strategy", ["number", "vgpu", "whole"])
 def test_each_group_of_an_8_pod_job_lands_in_one_super_node(
-    apiserver: ApiServerEmulator, start_extender: StartExtender
+    apiserver: ApiServerEmulator, start_extender: StartExtender, strategy: str
 ) -> None:
-    add_nodes(apiserver)
-    pods = job(apiserver, "train", 8, {GROUP_SIZE: "8"})
-    ext = start_extender(strategy="number", policy="spread")
+    add_nodes(apiserver, strategy)
+    pods = job(apiserver, "train", 8, {GROUP_SIZE: "8"}, strategy)
+    ext = start_extender(strategy=strategy, policy="spread")
 
     first = schedule(ext, pods[0])
     opened = SUPER_NODES[first]
