@@ -178,8 +178,10 @@ def fit_number(
 
 def _linked_idle(idle: Sequence[GpuState], need: int, topology: Topology | None) -> Sequence[GpuState]:
     """`need` of the `idle` cards (index order): the best-linked set, the first ones without a topology."""
+    if topology is None or need < 2:
+        return idle[:need]
     by_index = {card.index: card for card in idle}
-    if topology is None or need < 2 or len(by_index) < len(idle):
+    if len(by_index) < len(idle):  # a repeated index: no set to tell apart
         return idle[:need]
     return [by_index[index] for index in best_set(topology, list(by_index), need)]
 
