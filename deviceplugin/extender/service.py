@@ -112,8 +112,9 @@ class ExtenderService:
         self._shapes: dict[PodRequest, int] = {}
         self._shape_numbers = itertools.count()
         self._npu_names = frozenset(name for family in inventory.ascend for name in family.resources)
-        # Super-node groups (docs/supernode.md): fed by the caches' listeners (app.Extender).
-        self.supernodes = SuperNodes(inventory)
+        # Super-node groups (docs/supernode.md): fed by the caches' listeners (app.Extender); not
+        # Volcano's deviceshare, so compat volcano reads no group size.
+        self.supernodes = SuperNodes(inventory, on=not is_volcano_compat(config.compat))
         # The chips configured but switched off (ascend-hami-vnpu false): their pods are refused.
         off = () if config.serves_ascend else ascend_families(config.vnpus)
         self._npu_off = frozenset(name for family in off for name in family.resources)

@@ -69,10 +69,12 @@ class Verdict:
 
 
 class SuperNodes:
-    """The index; `on_node` and `on_pod` are the node and pod caches' listeners."""
+    """The index; `on_node` and `on_pod` are the node and pod caches' listeners. Off (`on`
+    False), `verdict` reads no group size."""
 
-    def __init__(self, inventory: Inventory) -> None:
+    def __init__(self, inventory: Inventory, *, on: bool = True) -> None:
         self._inventory = inventory
+        self._on = on  # off: every pod is ungrouped (compat volcano)
         self._lock = threading.Lock()
         self._of: dict[str, str] = {}  # node -> super-node
         self._nodes: dict[str, set[str]] = {}  # super-node -> nodes
@@ -133,7 +135,7 @@ class SuperNodes:
     def verdict(self, pod: Obj) -> Verdict | None:
         """The group rule for `pod`, None when it asks for no group; FitInputError (naming the
         annotation) when its group sizes cannot be served."""
-        sizes = read_sizes(objects.annotations_of(pod))
+        sizes = read_sizes(objects.annotations_of(pod)) if self._on else None
         if sizes is None:
             return None
         job = objects.podgroup_key(pod)

@@ -249,3 +249,14 @@ def test_pods_without_a_group_size_ignore_super_nodes(
     pods = job(apiserver, "plain", 2, {})
     ext = start_extender(strategy="number")
     assert sorted(ext.client.filter(pods[0], NODES)["NodeNames"]) == sorted(NODES)
+
+
+def test_compat_volcano_reads_no_group_size(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """Super-node groups are not Volcano's deviceshare: compat volcano places the pods as Volcano."""
+    add_nodes(apiserver)
+    pods = job(apiserver, "train", 4, {GROUP_SIZE: "3"})
+    ext = start_extender(strategy="number", compat="volcano")
+    result = ext.client.filter(pods[0], NODES)
+    assert (result["Error"], sorted(result["NodeNames"])) == ("", sorted(NODES))
