@@ -24,6 +24,7 @@ from deviceplugin.fit import (
     objects,
     vgpu_gpus,
 )
+from deviceplugin.fit.families import family_of
 from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.fit.topology import Topology, node_topology
 from deviceplugin.inspect.ascend import carries_ascend, npu_cards
@@ -155,6 +156,21 @@ def _gpushare_report(card: GpuState, pods: Mapping[str, objects.Obj], factor: in
     )
 
 
+def _whole(
+    node: objects.Obj, pods: Mapping[str, objects.Obj], factor: int, problems: list[str]
+) -> tuple[GpuReport, ...]:
+    """`nvidia.com/gpu` cards, read and booked as the extender does (`fit.families.whole`): whole
+    cards like number mode's."""
+    family, config = family_of("whole"), VgpuConfig()
+    try:
+        cards = family.node_gpus(node, config, None)
+    except FitInputError as err:
+        problems.append(f"GPU capacity unreadable: {err}")
+        return ()
+    _book(lambda pod: family.book(cards, pod, None, config), pods, problems)
+    return tuple(_gpushare_report(card, pods, factor, number=True) for card in cards)
+
+
 # --- vGPU ---------------------------------------------------------------------------------------
 
 
@@ -227,6 +243,7 @@ _READERS: Mapping[str, Reader] = {
     "share": partial(_gpushare, number=False),
     "number": partial(_gpushare, number=True),
     "vgpu": _vgpu,
+    "whole": _whole,
 }
 
 
