@@ -90,23 +90,23 @@ def read_topology(value: str) -> NamedTopology:
         return NamedTopology(value, preset())
     path = Path(value)
     try:
-        text = path.read_text()
+        content = path.read_bytes()
     except OSError as err:
         presets = ", ".join(PRESETS)
         raise ValueError(
             f"{value!r} is neither a preset ({presets}) nor a readable topology file: {err.strerror}"
         ) from None
     try:
-        return NamedTopology(value, parse_topology_file(text))
+        return NamedTopology(value, parse_topology_file(content))
     except ValueError as err:
         raise ValueError(f"topology file {path}: {err}") from None
 
 
-def parse_topology_file(text: str) -> Topology:
+def parse_topology_file(content: str | bytes) -> Topology:
     """A topology file's content (the module's docstring); ValueError naming the field at fault."""
     try:
-        document = json.loads(text)
-    except ValueError as err:
+        document = json.loads(content)
+    except (ValueError, RecursionError) as err:  # a JSONDecodeError or UnicodeDecodeError, or nesting
         raise ValueError(f"invalid JSON: {err}") from None
     if not isinstance(document, dict):
         raise ValueError('must hold a JSON object: {"numa": [...], "links": {"0-1": "NV4", ...}}')

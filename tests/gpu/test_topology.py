@@ -49,7 +49,8 @@ def test_every_preset_survives_the_annotation(name: str) -> None:
 
 def write(tmp_path: Path, document: object) -> str:
     path = tmp_path / "topology.json"
-    path.write_text(document if isinstance(document, str) else json.dumps(document))
+    text = document if isinstance(document, str) else json.dumps(document)
+    path.write_bytes(text.encode(errors="surrogateescape"))
     return str(path)
 
 
@@ -72,6 +73,8 @@ def test_a_file_without_default_names_every_pair(tmp_path: Path) -> None:
     ("document", "fault"),
     [
         ("{not json", "invalid JSON"),
+        ("\udcff", "invalid JSON"),  # not UTF-8 on disk
+        ("[" * 100_000, "invalid JSON"),
         ([0, 1], "must hold a JSON object"),
         ({"numa": [0], "links": {}, "gpus": [0]}, "unknown key(s) gpus"),
         ({"links": {}}, "numa: must be a non-empty list"),
