@@ -158,10 +158,12 @@ MIG_NODE = NodeSpec(
 )
 #: The demo's MPS node: one A10 shared through its MPS control daemon.
 MPS_NODE = NodeSpec("gpu-mps-1", "vgpu", 1, 23028, "NVIDIA A10", mode=keys.MODE_MPS)
-#: The cluster a scenario runs on unless it says otherwise: one node per strategy.
+#: The demo's whole-GPU node: nvidia.com/gpu in place of NVIDIA's device plugin (docs/whole.md).
+WHOLE_NODE = NodeSpec("gpu-whole-1", "whole", 4, 16384, topology="nvlink-pairs")
+#: The cluster a scenario runs on unless it says otherwise: one node per Volcano strategy.
 DEFAULT_NODES = (node("gpu-share-1", "share"), node("gpu-number-1", "number"), node("gpu-vgpu-1", "vgpu"))
-#: The demo cluster: those, the MIG node and the MPS node (one node per vGPU mode).
-DEMO_NODES = (*DEFAULT_NODES, MIG_NODE, MPS_NODE)
+#: The demo cluster: those, the MIG node and the MPS node (one node per vGPU mode), the whole node.
+DEMO_NODES = (*DEFAULT_NODES, MIG_NODE, MPS_NODE, WHOLE_NODE)
 
 
 # --- reading -------------------------------------------------------------------------------------

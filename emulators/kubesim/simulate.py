@@ -86,6 +86,13 @@ DEMO = (
     Play(Scenario("GPU number: a pod takes two whole GPUs", (_pod("whole-pair", {keys.GPU_NUMBER: "2"}),))),
     Play(
         Scenario(
+            "Whole GPUs: a pod asks NVIDIA's nvidia.com/gpu: 2 and gets an NVLink pair of the whole node "
+            "(docs/whole.md: this project's daemon in place of NVIDIA's device plugin)",
+            (_pod("nvidia-pair", {keys.NVIDIA_GPU: "2"}),),
+        )
+    ),
+    Play(
+        Scenario(
             "vGPU: a job of three workers, 1 vGPU and 1024 MiB each (vgpu-mode hami-core: HAMi-core limits)",
             tuple(
                 _pod(

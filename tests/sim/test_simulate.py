@@ -28,6 +28,10 @@ def test_the_demo_prints_every_pod_and_the_env_its_container_sees() -> None:
     assert out.count("VOLCANO_GPU_ALLOCATED=1024") == 2
     assert out.count("CUDA_DEVICE_MEMORY_LIMIT_0=1024m") == 3
     assert re.search(r"^demo/whole-pair +cuda +gpu-number-1 +\d,\d ", out, flags=re.M), out
+    # nvidia.com/gpu on the whole node: an NVLink pair, by UUID, with number mode's envs.
+    pair = r"^demo/nvidia-pair +cuda +gpu-whole-1 +(0,1|2,3) +Running +"
+    pair += r"NVIDIA_VISIBLE_DEVICES=GPU-\S+,GPU-\S+ VOLCANO_GPU_ALLOCATED=2 "
+    assert re.search(pair, out, flags=re.M), out
     assert 'volcano_vgpu_device_allocated_memory{NodeName="gpu-vgpu-1"' in out
     assert "state/ledger.db" in out
     # The MIG node's pod sees its MIG device and nothing of HAMi-core.
@@ -162,7 +166,8 @@ def test_docs_show_the_json_document_with_its_keys(tmp_path: Path) -> None:
 def test_every_fake_node_has_gpus_of_its_own(tmp_path: Path) -> None:
     done = simulate_json(None, tmp_path)
     uuids = [gpu["uuid"] for node in done.document["nodes"] for gpu in node["gpus"]]
-    assert len(uuids) == 10 and len(set(uuids)) == 10  # the MIG node's H100 and the MPS node's A10 too
+    # the MIG node's H100, the MPS node's A10 and the whole node's four too
+    assert len(uuids) == 14 and len(set(uuids)) == 14
 
 
 NUMBER_POD = """
