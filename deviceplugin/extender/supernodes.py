@@ -135,7 +135,8 @@ class SuperNodes:
     def verdict(self, pod: Obj) -> Verdict | None:
         """The group rule for `pod`, None when it asks for no group; FitInputError (naming the
         annotation) when its group sizes cannot be served."""
-        sizes = read_sizes(objects.annotations_of(pod)) if self._on else None
+        notes = objects.metadata(pod).get("annotations")  # read as given: only the size keys matter
+        sizes = read_sizes(notes) if self._on and isinstance(notes, Mapping) else None
         if sizes is None:
             return None
         job = objects.podgroup_key(pod)

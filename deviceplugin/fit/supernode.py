@@ -53,21 +53,21 @@ class GroupSizes:
         return ATOMIC_GROUP_SIZE if self.atomic else GROUP_SIZE
 
 
-def _size(annotations: Mapping[str, str], key: str, alias: str) -> int:
+def _size(annotations: Mapping[str, object], key: str, alias: str) -> int:
     """The size given under `key` or its alias (0 when neither); both, differing, is an error."""
     given = {name: annotations[name] for name in (key, alias) if name in annotations}
-    if len(set(given.values())) > 1:
+    if len(given) == 2 and given[key] != given[alias]:
         raise RequestError(f"{key} {given[key]!r} and {alias} {given[alias]!r} disagree: give one of them")
     if not given:
         return 0
     name, raw = next(iter(given.items()))
-    text = raw.strip()
+    text = raw.strip() if isinstance(raw, str) else ""
     if not (text.isascii() and text.isdigit()) or int(text) == 0:
         raise RequestError(f"{name} must be a positive whole number of GPUs, not {raw!r}")
     return int(text)
 
 
-def read_sizes(annotations: Mapping[str, str]) -> GroupSizes | None:
+def read_sizes(annotations: Mapping[str, object]) -> GroupSizes | None:
     """The pod's group sizes, None when it asks for no group; RequestError naming the annotation
     when a value is not a positive whole number, an alias contradicts our key, or the atomic
     size comes without the group size."""

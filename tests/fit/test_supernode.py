@@ -56,6 +56,13 @@ def test_a_group_size_that_is_not_a_positive_whole_number_is_refused(key: str, v
         read_sizes({key: value})
 
 
+@pytest.mark.parametrize("value", [8, ["8"], None])
+def test_a_group_size_that_is_not_text_is_refused(value: object) -> None:
+    """The API server keeps annotation values strings; a request built otherwise is refused."""
+    with pytest.raises(RequestError, match=f"{GROUP_SIZE} must be a positive whole number of GPUs"):
+        read_sizes({GROUP_SIZE: value})
+
+
 @pytest.mark.parametrize("key", [ATOMIC_GROUP_SIZE, METAX_ATOMIC_GROUP_SIZE])
 def test_a_bad_atomic_size_is_refused(key: str) -> None:
     with pytest.raises(RequestError, match=f"{key} must be a positive whole number"):
