@@ -156,6 +156,7 @@ def run(config: ExtenderConfig) -> int:
         strategy=config.strategy,
         policy=config.policy,
         weight=config.weight,
+        gpu_aware=f"weight={config.gpu_aware_weight:g},loss.weight={config.gpu_aware_loss_weight:g}",
         compat=config.compat or "none",
         ascend=",".join(chip.common_word for chip in config.vnpus.chips if config.serves_ascend) or "none",
     )

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deviceplugin.extender.config import ExtenderConfig
@@ -52,7 +53,7 @@ from deviceplugin.extender.supernodes import SuperNodes
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
-from deviceplugin.fit.fragment import Weights, blend, fragment, sharing_of
+from deviceplugin.fit.fragment import Weights, blend, fragment, sharing_of, usable
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
@@ -70,6 +71,15 @@ NpuRequests = tuple[tuple[int, PodRequest], ...]
 """The Ascend families a pod asks: (index in `Inventory.ascend`, the request), in configured order."""
 Fits = list[tuple[DeviceFamily, FitResult]]
 POD_WAIT_S = 1.0  # how long a bind waits for the pod cache to show a pod it does not know
+
+
+@dataclass(eq=False, slots=True)
+class AwareKept:
+    """What the gpu-aware score found on one node for one generation of it."""
+
+    generation: int
+    before: float  # the node's usable capacity (fit.fragment.usable)
+    scores: dict[int, int] = field(default_factory=dict)  # host score by quick pod shape
 
 
 class PodFinder(Protocol):
@@ -122,8 +132,7 @@ class ExtenderService:
         aware = config.gpu_aware
         self._aware: Weights | None = aware if aware.on and not is_volcano_compat(config.compat) else None
         self._sharing = sharing_of(inventory.family.strategy)
-        # Per node: (its generation, the pod shape, the blended host score) last found for a quick pod.
-        self._aware_scores: dict[str, tuple[int, int, int]] = {}
+        self._aware_scores: dict[str, AwareKept] = {}  # by node name
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -383,27 +392,33 @@ class ExtenderService:
         self, weights: Weights, view: NodeView, pod: Obj, request: PodRequest, shape: int
     ) -> int:
         """`host_score` with the gpu-aware score blended in by `weights`: it needs the cards the
-        full fit chooses, so no quick fit serves it. A quick pod's score is kept per node until
-        the node changes, for the next pod of its shape."""
+        full fit chooses, so no quick fit serves it. Until the node changes, its usable capacity
+        is kept, and the score of each quick pod's shape (read without the lock, as `QuickFits`)."""
         name = view.name
         if self._unusable(name, view):
             return 0
         kept = self._aware_scores.get(name)
-        if request.quick and kept is not None and kept[0] == view.generation and kept[1] == shape:
-            return kept[2]
+        if request.quick and kept is not None and kept.generation == view.generation:
+            score = kept.scores.get(shape)
+            if score is not None:
+                return score
         with view.lock:
-            generation = view.generation
+            if kept is None or kept.generation != view.generation:
+                before = usable(view.gpus, view.topology, self._sharing)
+                kept = self._aware_scores[name] = AwareKept(view.generation, before)
             try:
                 result = self._fit(view, pod, request)
             except FitInputError:
-                return 0
-            if not result.ok:
-                return 0
-            base = self._per_device(result.score, sum(len(container) for container in result.devices))
-            placed = fragment(view.gpus, result.devices, view.topology, self._sharing)
-        score = self._scaled(blend(base, placed, weights))
-        if request.quick:
-            self._aware_scores[name] = (generation, shape, score)
+                result = FitResult(ok=False)
+            score = 0
+            if result.ok:
+                base = self._per_device(result.score, sum(len(container) for container in result.devices))
+                placed = fragment(view.gpus, result.devices, view.topology, self._sharing, kept.before)
+                score = self._scaled(blend(base, placed, weights))
+            if request.quick:
+                if len(kept.scores) >= QUICK_SHAPES:
+                    kept.scores.clear()
+                kept.scores[shape] = score
         return score
 
     def host_score_of(self, fits: Fits) -> int:

@@ -100,11 +100,11 @@ def usable(
             idle.append(card.index)
         elif sharing != "whole":
             shared += _room(card, took or Taken(), sharing)
-    if topology is not None and not all(topology.describes(gpu) for gpu in healthy):
-        topology = None
-    classes: list[float] = [
-        size * _blocks(topology, tuple(healthy), tuple(idle), size) for size in BLOCK_SIZES
-    ]
+    if topology is None or not all(topology.describes(gpu) for gpu in healthy):
+        counts = tuple(len(idle) // size for size in BLOCK_SIZES)
+    else:
+        counts = _block_counts(topology, tuple(healthy), tuple(idle))
+    classes: list[float] = [size * count for size, count in zip(BLOCK_SIZES, counts, strict=True)]
     if sharing != "whole":
         classes.append(len(idle) + shared)
     return sum(classes) / len(classes)
@@ -121,10 +121,34 @@ def _room(card: GpuState, took: Taken, sharing: Sharing) -> float:
     return max(0, card.memory - card.used_memory - took.memory) / card.memory
 
 
-def _blocks(topology: Topology | None, healthy: tuple[int, ...], idle: tuple[int, ...], size: int) -> int:
+# Blocks per (healthy, idle) cards, per topology. A Topology's hash walks all its links, so the
+# topology is looked up by identity (nodes of one model share one decoded object: fit.topology's
+# cache), each entry holding its topology so that its id cannot be reused while it is kept.
+_BLOCKS: dict[int, tuple[Topology, dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]]]] = {}
+_KEPT_TOPOLOGIES = 64
+_KEPT_STATES = 4096  # per topology: idle sets of 8 cards are at most 256 per healthy set
+
+
+def _block_counts(topology: Topology, healthy: tuple[int, ...], idle: tuple[int, ...]) -> tuple[int, ...]:
+    """`_blocks` of each of BLOCK_SIZES, kept."""
+    entry = _BLOCKS.get(id(topology))
+    if entry is None or entry[0] is not topology:
+        if len(_BLOCKS) >= _KEPT_TOPOLOGIES:
+            _BLOCKS.clear()
+        entry = _BLOCKS[id(topology)] = (topology, {})
+    states = entry[1]
+    counts = states.get((healthy, idle))
+    if counts is None:
+        if len(states) >= _KEPT_STATES:
+            states.clear()
+        counts = states[healthy, idle] = tuple(_blocks(topology, healthy, idle, size) for size in BLOCK_SIZES)
+    return counts
+
+
+def _blocks(topology: Topology, healthy: tuple[int, ...], idle: tuple[int, ...], size: int) -> int:
     """Disjoint blocks of `size` idle cards, taken greedily best first."""
-    if topology is None or size == 1:
-        return len(idle) // size
+    if size == 1:
+        return len(idle)
     if len(healthy) < size:
         return 0
     slowest = _slowest_link(topology, healthy, size)
@@ -172,10 +196,13 @@ def fragment(
     devices: Iterable[Iterable[Assigned]],
     topology: Topology | None,
     sharing: Sharing,
+    before: float | None = None,
 ) -> Fragment:
-    """The effect of placing `devices` (a fit's choice on `cards`) on the node's usable capacity."""
+    """The effect of placing `devices` (a fit's choice on `cards`) on the node's usable capacity;
+    `before`: `usable(cards, topology, sharing)` when the caller kept it."""
     healthy = sum(1 for card in cards if card.health)
-    before = usable(cards, topology, sharing)
+    if before is None:
+        before = usable(cards, topology, sharing)
     after = usable(cards, topology, sharing, taken_by(cards, devices))
     return Fragment(healthy, before, after)
 
