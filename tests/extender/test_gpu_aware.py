@@ -10,13 +10,16 @@ from typing import Any
 import pytest
 
 from deviceplugin.extender import ExtenderConfigError, load_config
+from deviceplugin.fit import keys
 from deviceplugin.fit.fragment import Weights
 from deviceplugin.fit.topology import TOPOLOGY_KEY, Link, Topology
 from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import Obj, StartExtender, create_pod, gpu_pod, gpu_uuid, share_node, vgpu_node
+from tests.extender.test_whole import whole_node
 
 AWARE = {"gpu_aware_loss_weight": 2.0}  # the setting docs/gpu-aware.md recommends
-ONE_GPU = {"volcano.sh/gpu-number": "1"}
+# Whole-GPU strategies: the resource a pod asks, and a node of 8 GPUs as its plugin publishes it.
+WHOLE = {"number": "volcano.sh/gpu-number", "whole": keys.NVIDIA_GPU}
 
 
 def islands(a: int, b: int) -> Link:
@@ -24,40 +27,43 @@ def islands(a: int, b: int) -> Link:
     return Link("NV", 4) if a // 4 == b // 4 else Link("SYS")
 
 
-def island_node(name: str) -> Obj:
-    node = share_node(name, gpus=8, memory_resource=False)
+def island_node(name: str, strategy: str) -> Obj:
+    node = (
+        whole_node(name, gpus=8) if strategy == "whole" else share_node(name, gpus=8, memory_resource=False)
+    )
     node["metadata"]["annotations"][TOPOLOGY_KEY] = Topology.build(
         range(8), [0] * 4 + [1] * 4, islands
     ).encode()
     return node
 
 
-def hold(apiserver: ApiServerEmulator, node: str, gpus: str) -> None:
-    """A running gpu-number pod on `node` holding the cards `gpus` ("4,5,6,7")."""
-    limits = {"volcano.sh/gpu-number": str(len(gpus.split(",")))}
+def hold(apiserver: ApiServerEmulator, strategy: str, node: str, gpus: str) -> None:
+    """A running pod on `node` holding the cards `gpus` ("4,5,6,7")."""
+    limits = {WHOLE[strategy]: str(len(gpus.split(",")))}
     name = f"holds-{node}-{gpus.replace(',', '-')}"
     create_pod(apiserver, gpu_pod(name, limits, node=node, annotations={"volcano.sh/gpu-index": gpus}))
 
 
-def island_cluster(apiserver: ApiServerEmulator) -> Obj:
+def island_cluster(apiserver: ApiServerEmulator, strategy: str = "number") -> Obj:
     """Two 8-GPU nodes with 4 idle GPUs each: `island` keeps a whole NVLink island (0-3),
     `halves` two halves of islands (0, 1 and 4, 5). Binpack rates them alike."""
-    apiserver.create("nodes", island_node("island"))
-    apiserver.create("nodes", island_node("halves"))
-    hold(apiserver, "island", "4,5,6,7")
-    hold(apiserver, "halves", "2,3,6,7")
-    return create_pod(apiserver, gpu_pod("new", ONE_GPU))
+    apiserver.create("nodes", island_node("island", strategy))
+    apiserver.create("nodes", island_node("halves", strategy))
+    hold(apiserver, strategy, "island", "4,5,6,7")
+    hold(apiserver, strategy, "halves", "2,3,6,7")
+    return create_pod(apiserver, gpu_pod("new", {WHOLE[strategy]: "1"}))
 
 
 NODES = ["island", "halves"]
 
 
+@pytest.mark.parametrize("strategy", sorted(WHOLE))
 def test_a_one_gpu_pod_goes_where_it_breaks_no_nvlink_island(
-    apiserver: ApiServerEmulator, start_extender: StartExtender
+    apiserver: ApiServerEmulator, start_extender: StartExtender, strategy: str
 ) -> None:
-    pod = island_cluster(apiserver)
-    today = start_extender(strategy="number").client
-    aware = start_extender(strategy="number", **AWARE).client
+    pod = island_cluster(apiserver, strategy)
+    today = start_extender(strategy=strategy).client
+    aware = start_extender(strategy=strategy, **AWARE).client
     assert today.filter(pod, NODES)["NodeNames"] == NODES
     assert aware.filter(pod, NODES)["NodeNames"] == NODES
 
@@ -76,7 +82,7 @@ def test_the_score_follows_the_node_after_a_bind(
     assert aware.prioritize(pod, NODES) == {"island": 7, "halves": 8}
     assert aware.bind(pod, "halves") == ""
 
-    again = create_pod(apiserver, gpu_pod("again", ONE_GPU))
+    again = create_pod(apiserver, gpu_pod("again", {WHOLE["number"]: "1"}))
     aware.filter(again, NODES)
     # halves: idle 1, 4, 5 -> 4, 5 (loss 0.25), binpack 75: (75 + 2 x 96.875) / 3
     assert aware.prioritize(again, NODES) == {"island": 7, "halves": 9}
