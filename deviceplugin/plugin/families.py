@@ -45,7 +45,9 @@ class NumberNode:
         api = parts.api
         if api is None:
             return None
-        return GpushareAllocator(devices, parts.health, api.pods, parts.ledger, api.events, **api.options)
+        return GpushareAllocator(
+            devices, parts.health, api.pods, parts.ledger, api.events, topology=parts.topology, **api.options
+        )
 
 
 class ShareNode(NumberNode):
@@ -114,6 +116,7 @@ class VgpuNode:
             disable_core_limit=parts.disable_core_limit,
             mig=self._mig(parts),
             mps=self._mps(parts),
+            topology=parts.topology,
             **api.options,
         )
 

@@ -22,11 +22,10 @@ import grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import keys
 from deviceplugin.fit.codec import format_gpu_index
-from deviceplugin.fit.topology import Topology, best_set
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.ledger import Key, Patch
 from deviceplugin.logs import get_log
-from deviceplugin.plugin.allocate import AllocateError, Placement, kubelet_choice
+from deviceplugin.plugin.allocate import AllocateError, Placement, kubelet_choice, linked_devices
 from deviceplugin.plugin.gpushare import GpushareAllocator, GpusharePod
 from deviceplugin.plugin.pending import ContainerNeed, PendingPod
 
@@ -34,11 +33,7 @@ log = get_log(__name__)
 
 
 class WholeAllocator(GpushareAllocator):
-    """Serves `nvidia.com/gpu`; `topology`: how the node's GPUs connect (None: unknown)."""
-
-    def __init__(self, *args: Any, topology: Topology | None = None, **options: Any) -> None:
-        super().__init__(*args, **options)
-        self.topology = topology
+    """Serves `nvidia.com/gpu` (`topology=`: how the node's GPUs connect, None when unknown)."""
 
     def _placement(self, pod: GpusharePod, need: ContainerNeed, kubelet_gpus: Sequence[GpuInfo]) -> Placement:
         if pod.problem:
@@ -104,9 +99,9 @@ class WholeAllocator(GpushareAllocator):
         self.events.warning(self._involved(placement.pod), "GpuIdsMismatch", message)
 
     def preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
-        """The scheduler's GPUs when the waiting pod names them, else the best-connected set of the
-        available ones (the lowest indices break ties). Kubelet's own choice when it requires devices
-        (`must_include`) or the pod cannot be told. Best effort: never an error."""
+        """The scheduler's GPUs when the waiting pod names them, else the best-linked set of the
+        available ones with the must-include ones (`linked_devices`), else the lowest indices: where
+        the extender books a pod bound without it. Best effort: never an error."""
         wanted: tuple[int, ...] = ()
         size, deadline = request.allocation_size, time.monotonic() + self.timeout_s
         while True:  # the pod may reach this node's cache after kubelet's: its Allocate waits too
@@ -121,13 +116,10 @@ class WholeAllocator(GpushareAllocator):
         if wanted:
             prefixes = self.devices.id_prefixes(wanted)
             return kubelet_choice(request, [d for d in request.available_deviceIDs if d in prefixes])
-        if request.must_include_deviceIDs:
-            return kubelet_choice(request)
-        by_index: dict[int, str] = {}
-        for device_id in request.available_deviceIDs:
-            gpu = self.devices.gpu_of(device_id)
-            if gpu is not None:
-                by_index.setdefault(gpu.index, device_id)
-        # index order, as the extender's fit and its booking of a pod placed without it
-        chosen = best_set(self.topology, sorted(by_index), size)
-        return kubelet_choice(request, [by_index[index] for index in chosen])
+        linked = linked_devices(request, self.devices, self.topology)
+        if linked:
+            return kubelet_choice(request, linked)
+        by_index = {self.devices.gpu_of(device_id): device_id for device_id in request.available_deviceIDs}
+        return kubelet_choice(
+            request, [by_index[gpu] for gpu in sorted(filter(None, by_index), key=lambda gpu: gpu.index)]
+        )

@@ -33,26 +33,33 @@ def launch(
     kubelet: KubeletEmulator,
     workdir: Path,
     *extra: str,
+    strategy: str = "whole",
 ) -> Daemon:
     daemon = start(
         "--fake-gpus",
         "4x40960",
         "--gpu-strategy",
-        "whole",
+        strategy,
         "--kubeconfig",
         str(apiserver.write_kubeconfig(workdir / "kubeconfig")),
         "--node-resync-interval",
         "0.1",
         *extra,
     )
-    assert kubelet.wait_for(streaming(GPU), TIMEOUT_S), daemon.output()
+    assert kubelet.wait_for(streaming(RESOURCES[strategy][0].name), TIMEOUT_S), daemon.output()  # type: ignore[index]
     eventually(lambda: "pod cache listed" in daemon.output(), daemon)
     return daemon
 
 
-def gpu_pod(apiserver: ApiServerEmulator, name: str, count: int, notes: dict[str, str] | None = None) -> Any:
+def gpu_pod(
+    apiserver: ApiServerEmulator,
+    name: str,
+    count: int,
+    notes: dict[str, str] | None = None,
+    resource: str = GPU,
+) -> Any:
     """A pod bound to the node as kube-scheduler binds it (`notes`: what an extender wrote)."""
-    limits = {"limits": {GPU: str(count)}}
+    limits = {"limits": {resource: str(count)}}
     pod = {
         "metadata": {"name": name, "namespace": "ml", "annotations": notes or {}},
         "spec": {"nodeName": NODE, "containers": [{"name": "cuda", "image": "cuda", "resources": limits}]},
@@ -159,15 +166,27 @@ def test_a_restart_keeps_the_allocation_and_answers_kubelet_again_the_same(
     eventually(lambda: "pod cache listed" in restarted.output(), restarted)
 
 
+@pytest.mark.parametrize(("strategy", "resource"), [("whole", GPU), ("number", "volcano.sh/gpu-number")])
 def test_without_the_scheduler_s_choice_kubelet_is_steered_to_the_best_linked_gpus(
-    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+    apiserver: ApiServerEmulator,
+    kubelet: KubeletEmulator,
+    start: Callable[..., Daemon],
+    workdir: Path,
+    strategy: str,
+    resource: str,
 ) -> None:
     """nvlink-pairs: 0-1 and 2-3 bridged by NVLink, every other pair across the sockets. With GPU 1
-    taken, two GPUs are 2 and 3 (NV4), not the lowest free indices 0 and 2 (SYS)."""
-    daemon = launch(start, apiserver, kubelet, workdir, "--fake-gpu-topology", "nvlink-pairs")
-    one = {"volcano.sh/gpu-index": "1", "volcano.sh/predicate-time": "1"}
-    assert admit(kubelet, gpu_pod(apiserver, "one", 1, one), daemon).devices_of(GPU) == {UUIDS[1]}
-    entry = admit(kubelet, gpu_pod(apiserver, "pair", 2), daemon).allocation("cuda", GPU)
+    out (unhealthy), two GPUs are 2 and 3 (NV4), not the lowest available indices 0 and 2 (SYS).
+    The daemon hands its topology to the number allocator too."""
+    events = workdir / "events.jsonl"
+    events.touch()
+    options = ("--fake-gpu-topology", "nvlink-pairs", "--fake-gpu-events", str(events))
+    daemon = launch(start, apiserver, kubelet, workdir, *options, strategy=strategy)
+    inject(events, xid=79, uuid=UUIDS[1])
+    eventually(lambda: UUIDS[1] not in state(kubelet, resource).healthy, daemon)
+    entry = admit(kubelet, gpu_pod(apiserver, "pair", 2, resource=resource), daemon).allocation(
+        "cuda", resource
+    )
     assert entry.preferred_used and set(entry.device_ids) == {UUIDS[2], UUIDS[3]}
 
 
