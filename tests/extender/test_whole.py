@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from deviceplugin.fit import keys
+from deviceplugin.fit.topology import TOPOLOGY_KEY
+from deviceplugin.gpu.topology import PRESETS
 from kubesim.apiserver import ApiServerEmulator
 from tests.extender.conftest import Obj, StartExtender, create_pod, eventually, gpu_pod, share_node, vgpu_node
 
@@ -137,3 +139,19 @@ def test_a_pod_asking_nvidia_gpus_and_a_sharing_resource_is_refused_naming_both(
     result = ext.client.filter(pod, ["whole-1"])
     assert result["NodeNames"] == []
     assert "nvidia.com/gpu (whole); volcano.sh/gpu-memory (share)" in result["Error"]
+
+
+def test_a_multi_gpu_pod_is_bound_to_the_best_linked_idle_gpus(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """nvlink-pairs (0-1 and 2-3 by NVLink, the rest across sockets) with GPU 1 busy: 2,3 (NV4),
+    not the lowest idle indices 0,2 (SYS)."""
+    links = {TOPOLOGY_KEY: PRESETS["nvlink-pairs"]().encode()}
+    apiserver.create("nodes", whole_node("whole-1", notes=links))
+    whole_pod(apiserver, "one", 1, node="whole-1", annotations={keys.GPU_INDEX: "1"})
+    ext = start_extender(strategy="whole")
+    view = ext.extender.inventory.view("whole-1")
+    assert view is not None
+    eventually(lambda: any(card.pods for card in view.gpus))
+    assert ext.client.bind(whole_pod(apiserver, "pair", 2), "whole-1") == ""
+    assert bound_index(apiserver, "pair") == "2,3"
