@@ -213,3 +213,23 @@ def test_a_sharing_node_never_advertises_nvidia_gpus(
     assert kubelet.resource(GPU) is None
     status = (apiserver.get("nodes", NODE) or {}).get("status") or {}
     assert GPU not in {**status.get("capacity", {}), **status.get("allocatable", {})}
+
+
+def test_a_corrupt_ledger_is_rebuilt_from_kubelets_records(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """The GPUs of a pod placed without the extender come back as kubelet lists them, with the
+    response the container got."""
+    daemon = launch(start, apiserver, kubelet, workdir)
+    pod = gpu_pod(apiserver, "kept", 2)
+    before = admit(kubelet, pod, daemon).allocation("cuda", GPU).response
+    eventually(
+        lambda: notes(apiserver, "pods", "kept", "ml").get("volcano.sh/gpu-assigned") == "true", daemon
+    )
+    rows = live_rows(workdir)
+    assert daemon.stop() == 0
+    (workdir / "state" / "ledger.db").write_bytes(b"not a database")
+    restarted = launch(start, apiserver, kubelet, workdir)
+    assert live_rows(workdir) == rows
+    assert kubelet.reallocate(pod["metadata"]["uid"], "cuda", GPU) == before
+    eventually(lambda: "ledger rebuilt" in restarted.output(), restarted)
