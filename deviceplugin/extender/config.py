@@ -199,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _strategy,
         "GPU family to schedule: share (volcano.sh/gpu-memory), number (volcano.sh/gpu-number), "
-        "vgpu (volcano.sh/vgpu-*) [default share]",
+        "vgpu (volcano.sh/vgpu-*), whole (nvidia.com/gpu) [default share]",
     ),
     Option("policy", None, choice(*POLICIES), "node and card order: binpack or spread [default binpack]"),
     Option(
