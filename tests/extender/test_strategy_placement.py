@@ -238,5 +238,8 @@ def test_a_node_labelled_with_no_strategy_is_refused_naming_the_label(
     apiserver.create("nodes", node)
     ext = start_extender(strategy="share")
     pod = create_pod(apiserver, gpu_pod("p", POD_OF["share"]))
-    why = "node odd: node label volcano.sh/gpu-strategy='mig' is not a GPU strategy (share, number, vgpu)"
+    why = (
+        "node odd: node label volcano.sh/gpu-strategy='mig' is not a GPU strategy "
+        "(share, number, vgpu, whole)"
+    )
     assert refused(ext.client.filter(pod, ["odd"])) == {"odd": why}

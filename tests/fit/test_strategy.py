@@ -28,6 +28,8 @@ SHARE_SHAPE = {keys.GPU_MEMORY: "21978", keys.GPU_NUMBER: "2"}
         ({keys.GPU_NUMBER: "2"}, None, "number"),
         ({keys.VGPU_NUMBER: "20", keys.VGPU_MEMORY: "21978"}, None, "vgpu"),
         ({}, {keys.NODE_VGPU_REGISTER: "GPU-0,10,10989,NVIDIA-A100,true,hami-core:"}, "vgpu"),
+        ({keys.NVIDIA_GPU: "8"}, None, "whole"),  # NVIDIA's device plugin
+        ({**SHARE_SHAPE, keys.NVIDIA_GPU: "2"}, None, "share"),  # a sharing resource tells first
         ({"cpu": "8"}, None, None),
     ],
 )
@@ -54,7 +56,8 @@ def test_a_label_that_is_no_strategy_is_an_error_naming_it() -> None:
         ({keys.GPU_NUMBER: "1"}, "number"),
         ({keys.VGPU_MEMORY: "1024"}, "vgpu"),
         ({keys.VGPU_NUMBER: "1", keys.VGPU_CORES: "50"}, "vgpu"),
-        ({"nvidia.com/gpu": "1", "cpu": "1"}, None),
+        ({"nvidia.com/gpu": "1", "cpu": "1"}, "whole"),
+        ({"cpu": "1"}, None),
     ],
 )
 def test_a_pods_strategy_is_the_one_its_resources_belong_to(
