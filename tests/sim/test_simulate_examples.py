@@ -60,6 +60,11 @@ def _distributed_training(run: Run) -> None:
     held = [gpus(run, f"distributed-training-worker-{i}", "trainer") for i in range(4)]
     nvlink_pairs = [[(node, a), (node, a + 1)] for node in ("whole-1", "whole-2") for a in (0, 2)]
     assert sorted(held) == nvlink_pairs  # each worker on one NVLink pair, in index order
+    # bound by the whole extender (kube-scheduler's routing by managedResources), not a plain Binding
+    assert all(
+        "volcano.sh/predicate-time" in run.pod(f"distributed-training-worker-{i}")["annotations"]
+        for i in range(4)
+    )
     assert env(run.pod("distributed-training-worker-0"), "trainer")["VOLCANO_GPU_ALLOCATED"] == "2"
 
 
