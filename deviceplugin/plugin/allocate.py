@@ -361,6 +361,18 @@ class PodAllocator(Generic[P]):
             f"(waited {self.timeout_s:g}s; {len(self.pods.pods())} pod(s) on the node)",
         )
 
+    def _candidate(self, units: int) -> tuple[P, ContainerNeed, bool] | None:
+        """The pod a GetPreferredAllocation is for, waited for (bounded) as Allocate waits: kubelet
+        may admit a pod before this node's watch brings it, and an answer given without the pod
+        would steer kubelet's records away from the GPUs the scheduler chose."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            with self._lock:
+                found = self._identify(units, self.ledger.holding, deadline, keep=True)
+            if found or time.monotonic() >= deadline:
+                return found
+            self._await_candidate(units, deadline)
+
     def _await_candidate(self, units: int, deadline: float) -> None:
         """Wait (bounded) for the cache to bring a pod asking `units`, without the lock: the
         Allocates of pods already cached are served meanwhile."""
@@ -551,9 +563,7 @@ class PodAllocator(Generic[P]):
         (`linked_devices`). Best effort: never an error (kubelet falls back to its own choice on
         a short answer)."""
         wanted: tuple[str, ...] = ()
-        with self._lock:
-            deadline = time.monotonic() + self.timeout_s
-            found = self._identify(request.allocation_size, self.ledger.holding, deadline, keep=True)
+        found = self._candidate(request.allocation_size)
         if found:
             pod, need, _ = found
             with contextlib.suppress(AllocateError):  # Allocate will report it

@@ -13,7 +13,6 @@ to the best-connected set (`fit.topology.best_set`).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Container, Sequence
 from typing import Any
 
@@ -103,13 +102,7 @@ class WholeAllocator(GpushareAllocator):
         available ones with the must-include ones (`linked_devices`), else the lowest indices: where
         the extender books a pod bound without it. Best effort: never an error."""
         wanted: tuple[int, ...] = ()
-        size, deadline = request.allocation_size, time.monotonic() + self.timeout_s
-        while True:  # the pod may reach this node's cache after kubelet's: its Allocate waits too
-            with self._lock:
-                found = self._identify(size, self.ledger.holding, deadline, keep=True)
-            if found or time.monotonic() >= deadline:
-                break
-            self._await_candidate(size, deadline)
+        found = self._candidate(request.allocation_size)
         if found:
             with contextlib.suppress(AllocateError):
                 wanted = self._scheduled(found[0], found[1])

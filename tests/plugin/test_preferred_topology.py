@@ -25,6 +25,7 @@ from deviceplugin.plugin.service import DevicePluginService
 from deviceplugin.plugin.vgpu import VgpuAllocator
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.scratch import scratch_dir
+from tests.kube.waiting import WAIT_S, wait_for
 from tests.plugin.rig import NODE, NUM, Rig, close_rig, make_rig
 
 EIGHT = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", model="Fake GPU", memory_mib=40960) for i in range(8))
@@ -83,9 +84,23 @@ def number(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[Rig]:
     close_rig(rig)
 
 
-def number_allocator(rig: Rig, topology: Topology | None) -> GpushareAllocator:
+# How long GetPreferredAllocation waits for a pod that never comes (the unpinned cases): it waits
+# as Allocate does, in case the node's watch brings the pod after kubelet admitted it.
+NO_POD_WAIT_S = 0.2
+
+
+def number_allocator(
+    rig: Rig, topology: Topology | None, timeout_s: float = NO_POD_WAIT_S
+) -> GpushareAllocator:
     return GpushareAllocator(
-        rig.allocator.devices, rig.health, rig.pods, rig.ledger, rig.events, node_name=NODE, topology=topology
+        rig.allocator.devices,
+        rig.health,
+        rig.pods,
+        rig.ledger,
+        rig.events,
+        node_name=NODE,
+        topology=topology,
+        timeout_s=timeout_s,
     )
 
 
@@ -110,6 +125,25 @@ def test_a_pinned_container_still_gets_the_schedulers_gpus(number: Rig) -> None:
     number.pod("placed", [("main", 4)], gpu_index="0,1,4,5", resource=NUM)
     with serve(number_allocator(number, quad())) as stub:
         assert sorted(preferred(stub, UUIDS, 4)) == ["GPU-0", "GPU-1", "GPU-4", "GPU-5"]
+
+
+def test_a_pinned_pod_that_reaches_the_cache_after_kubelet_asks_still_gets_the_schedulers_gpus(
+    number: Rig,
+) -> None:
+    """Kubelet may admit a pod before this node's watch shows it: the call waits for the pod, as
+    Allocate does, rather than steering kubelet to the best-linked GPUs the scheduler did not pick."""
+    allocator = number_allocator(number, quad(), timeout_s=WAIT_S)
+    with serve(allocator) as stub:
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=UUIDS, allocation_size=4)
+            ]
+        )
+        answer = stub.GetPreferredAllocation.future(request, timeout=2 * WAIT_S)
+        assert wait_for(lambda: allocator.stats.waiting().get(NUM, 0) == 1)  # the call waits for a pod
+        number.pod("late", [("main", 4)], gpu_index="0,1,4,5", resource=NUM)
+        chosen = answer.result().container_responses[0].deviceIDs
+    assert sorted(chosen) == ["GPU-0", "GPU-1", "GPU-4", "GPU-5"]
 
 
 def test_a_pod_without_the_schedulers_choice_gets_the_best_linked_gpus(number: Rig) -> None:
@@ -137,6 +171,7 @@ def vgpu_allocator(rig: Rig, resource: int) -> VgpuAllocator:
         hook_path=rig.allocator.hook,
         node_name=NODE,
         topology=pairs(),
+        timeout_s=NO_POD_WAIT_S,
     )
 
 
