@@ -121,28 +121,10 @@ def _room(card: GpuState, took: Taken, sharing: Sharing) -> float:
     return max(0, card.memory - card.used_memory - took.memory) / card.memory
 
 
-# Blocks per (healthy, idle) cards, per topology. A Topology's hash walks all its links, so the
-# topology is looked up by identity (nodes of one model share one decoded object: fit.topology's
-# cache), each entry holding its topology so that its id cannot be reused while it is kept.
-_BLOCKS: dict[int, tuple[Topology, dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]]]] = {}
-_KEPT_TOPOLOGIES = 64
-_KEPT_STATES = 4096  # per topology: idle sets of 8 cards are at most 256 per healthy set
-
-
+@functools.lru_cache(maxsize=8192)  # nodes of one model and state ask the same
 def _block_counts(topology: Topology, healthy: tuple[int, ...], idle: tuple[int, ...]) -> tuple[int, ...]:
-    """`_blocks` of each of BLOCK_SIZES, kept."""
-    entry = _BLOCKS.get(id(topology))
-    if entry is None or entry[0] is not topology:
-        if len(_BLOCKS) >= _KEPT_TOPOLOGIES:
-            _BLOCKS.clear()
-        entry = _BLOCKS[id(topology)] = (topology, {})
-    states = entry[1]
-    counts = states.get((healthy, idle))
-    if counts is None:
-        if len(states) >= _KEPT_STATES:
-            states.clear()
-        counts = states[healthy, idle] = tuple(_blocks(topology, healthy, idle, size) for size in BLOCK_SIZES)
-    return counts
+    """`_blocks` of each of BLOCK_SIZES."""
+    return tuple(_blocks(topology, healthy, idle, size) for size in BLOCK_SIZES)
 
 
 def _blocks(topology: Topology, healthy: tuple[int, ...], idle: tuple[int, ...], size: int) -> int:
