@@ -10,47 +10,9 @@ offers kubelet.
 
 from __future__ import annotations
 
-import functools
-import itertools
-import math
 from collections.abc import Hashable, Sequence
 
-from deviceplugin.fit.topology import EXHAUSTIVE_LIMIT, Topology, best_set
-
-
-def best_with(
-    topology: Topology | None, kept: Sequence[int], pool: Sequence[int], count: int
-) -> tuple[int, ...]:
-    """`count` GPU indices of `pool` (in the caller's order of preference) that, with the cards
-    already `kept`, make the set with the best `Topology.set_score`; ties go to the first in
-    `pool`'s order. Without a topology, one that leaves a card undescribed, or nothing to
-    choose: the first `count` of `pool`."""
-    if not kept:
-        return best_set(topology, pool, count)
-    chosen = tuple(pool[:count])
-    if topology is None or count < 1 or count >= len(pool):
-        return chosen
-    if not all(topology.describes(card) for card in (*kept, *pool)):
-        return chosen
-    return _best_with(topology, tuple(kept), tuple(pool), count)
-
-
-@functools.lru_cache(maxsize=1024)
-def _best_with(
-    topology: Topology, kept: tuple[int, ...], pool: tuple[int, ...], count: int
-) -> tuple[int, ...]:
-    """Every combination while there are few (as `best_set`), else the set grown greedily from
-    `kept`, each step adding the card that scores the set best."""
-    if math.comb(len(pool), count) <= EXHAUSTIVE_LIMIT:
-        # combinations come in `pool` order, and max keeps the first of equal scores
-        return max(itertools.combinations(pool, count), key=lambda cards: topology.set_score((*kept, *cards)))
-    cards: list[int] = []
-    rest = list(pool)
-    while len(cards) < count:
-        pick = max(rest, key=lambda card: topology.set_score((*kept, *cards, card)))
-        cards.append(pick)
-        rest.remove(pick)
-    return tuple(sorted(cards, key=pool.index))
+from deviceplugin.fit.topology import Topology, best_set
 
 
 def linked_choice(
@@ -68,5 +30,5 @@ def linked_choice(
     last = tiers[count - 1]
     kept = [card for card, tier in zip(taken, tiers, strict=False) if tier != last]
     pool = [card for card, tier in zip(ranked, tiers, strict=True) if tier == last]
-    picks = iter(best_with(topology, kept, pool, count - len(kept)))
+    picks = iter(best_set(topology, pool, count - len(kept), kept))
     return tuple(card if tier != last else next(picks) for card, tier in zip(taken, tiers, strict=False))

@@ -185,39 +185,45 @@ def _decoded(text: str) -> Topology:
     return decode_topology(text)
 
 
-def best_set(topology: Topology | None, candidates: Sequence[int], count: int) -> tuple[int, ...]:
-    """`count` of `candidates` (GPU indices, in the caller's order of preference) with the best
-    `set_score`; ties go to the set that comes first in the caller's order. Without a topology, or
-    when it leaves any candidate undescribed, or nothing to choose: the first `count` candidates."""
+def best_set(
+    topology: Topology | None, candidates: Sequence[int], count: int, kept: Sequence[int] = ()
+) -> tuple[int, ...]:
+    """`count` of `candidates` (GPU indices, in the caller's order of preference) that, with the
+    cards already `kept` (fixed, not returned), make the set with the best `set_score`; ties go
+    to the set that comes first in the caller's order, and the result keeps that order. Without
+    a topology, when it leaves a card undescribed, or with nothing to choose: the first `count`
+    candidates."""
     chosen = tuple(candidates[:count])
-    if topology is None or count < 2 or count >= len(candidates):
+    if topology is None or count >= len(candidates) or count < (1 if kept else 2):
         return chosen
-    if not all(topology.describes(card) for card in candidates):
+    if not all(topology.describes(card) for card in (*kept, *candidates)):
         return chosen
-    return _best(topology, tuple(candidates), count)
+    return _best(topology, tuple(kept), tuple(candidates), count)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best(topology: Topology, candidates: tuple[int, ...], count: int) -> tuple[int, ...]:
+def _best(
+    topology: Topology, kept: tuple[int, ...], candidates: tuple[int, ...], count: int
+) -> tuple[int, ...]:
     """Cached: a scheduler asks the same question for every node of one model and free-card set."""
+    sets: Iterable[tuple[int, ...]]
     if math.comb(len(candidates), count) <= EXHAUSTIVE_LIMIT:
-        sets: Iterable[tuple[int, ...]] = itertools.combinations(candidates, count)
+        sets = itertools.combinations(candidates, count)
     else:
-        sets = [_grow(topology, candidates, seed, count) for seed in candidates]
-    best, best_score = candidates[:count], (-1, -1)
-    for cards in sets:  # combinations and seeds come in preference order: strict > keeps the first
-        score = topology.set_score(cards)
-        if score > best_score:
-            best, best_score = cards, score
+        sets = [_grow(topology, kept, candidates, seed, count) for seed in candidates]
+    # combinations and seeds come in preference order, and max keeps the first of equal scores
+    best = max(sets, key=lambda cards: topology.set_score((*kept, *cards)))
     return tuple(sorted(best, key=candidates.index))
 
 
-def _grow(topology: Topology, candidates: tuple[int, ...], seed: int, count: int) -> tuple[int, ...]:
-    """A set grown from `seed`, each step adding the candidate that scores the set best."""
+def _grow(
+    topology: Topology, kept: tuple[int, ...], candidates: tuple[int, ...], seed: int, count: int
+) -> tuple[int, ...]:
+    """A set grown from `seed`, each step adding the candidate that scores it (with `kept`) best."""
     cards = [seed]
     rest = [card for card in candidates if card != seed]
     while len(cards) < count:
-        pick = max(rest, key=lambda card: topology.set_score([*cards, card]))  # max keeps the first
+        pick = max(rest, key=lambda card: topology.set_score((*kept, *cards, card)))  # max keeps the first
         cards.append(pick)
         rest.remove(pick)
     return tuple(cards)

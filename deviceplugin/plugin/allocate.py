@@ -24,8 +24,7 @@ import grpc
 from deviceplugin.api import deviceplugin_pb2 as pb
 from deviceplugin.fit import objects
 from deviceplugin.fit.bounds import shown
-from deviceplugin.fit.linked import best_with
-from deviceplugin.fit.topology import Topology
+from deviceplugin.fit.topology import Topology, best_set
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.health import HealthState
 from deviceplugin.kube.events import EventRecorder, Involved
@@ -170,7 +169,7 @@ def linked_devices(
     wanted = size - len(kept)
     if wanted < 1 or len(free) < wanted:
         return []
-    chosen = best_with(topology, kept, sorted(free), wanted)
+    chosen = best_set(topology, sorted(free), wanted, kept)
     return [*must, *(free[index] for index in chosen)]
 
 

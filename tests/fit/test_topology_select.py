@@ -15,10 +15,10 @@ from deviceplugin.fit import GpuState, fit_vgpu, parse_vgpu_requests
 from deviceplugin.fit import keys as k
 from deviceplugin.fit.families import family_of
 from deviceplugin.fit.gpushare import fit_number
-from deviceplugin.fit.linked import best_with, linked_choice
+from deviceplugin.fit.linked import linked_choice
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG, FitResult, PodUsage
 from deviceplugin.fit.policy import policy_of
-from deviceplugin.fit.topology import Link, Topology, parse_link
+from deviceplugin.fit.topology import Link, Topology, best_set, parse_link
 from tests.fit.builders import MEM, NUM, container, gpus, pod
 from tests.fit.test_quick_fit import POLICIES, _node, _pod
 
@@ -253,17 +253,17 @@ def test_linked_choice_keeps_the_policys_slots() -> None:
     assert linked_choice(top, [5, 1, 2, 3], ["a", "b", "b", "b"], 1) == (5,)
 
 
-def test_best_with_scores_the_kept_cards_links_too() -> None:
+def test_best_set_scores_the_kept_cards_links_too() -> None:
     """Cards 1 and 2 are NVLinked to each other, 3 only to the kept card 0: with 0 kept, 3 wins
     (the set's worst link is what counts), without it the pair (1, 2)."""
     links = {frozenset({1, 2}): "NV12", frozenset({0, 3}): "NV2"}
     top = Topology.build(range(4), [0] * 4, lambda a, b: parse_link(links.get(frozenset({a, b}), "SYS")))
-    assert best_with(top, [0], [1, 2, 3], 1) == (3,)
-    assert best_with(top, [], [1, 2, 3], 2) == (1, 2)
-    assert best_with(top, [0], [1, 2, 3], 3) == (1, 2, 3)  # nothing to choose
+    assert best_set(top, [1, 2, 3], 1, [0]) == (3,)
+    assert best_set(top, [1, 2, 3], 2, []) == (1, 2)
+    assert best_set(top, [1, 2, 3], 3, [0]) == (1, 2, 3)  # nothing to choose
     # Many cards: the greedy search still finds the kept card's partners.
     big = Topology.build(range(16), [0] * 16, lambda a, b: Link("NV", 4) if a // 4 == b // 4 else Link("SYS"))
-    assert best_with(big, [4], [*range(4), *range(5, 16)], 3) == (5, 6, 7)
+    assert best_set(big, [*range(4), *range(5, 16)], 3, [4]) == (5, 6, 7)
 
 
 # --- the topology never changes the decision, the score or the device count -------------------
