@@ -53,7 +53,7 @@ from deviceplugin.extender.supernodes import SuperNodes
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
-from deviceplugin.fit.fragment import Weights, blend, fragment, sharing_of, usable
+from deviceplugin.fit.fragment import Weights, blend, fragment, usable
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
@@ -131,7 +131,7 @@ class ExtenderService:
         # The gpu-aware blend (docs/gpu-aware.md), None when off: compat volcano keeps Volcano's scores.
         aware = config.gpu_aware
         self._aware: Weights | None = aware if aware.on and not is_volcano_compat(config.compat) else None
-        self._sharing = sharing_of(inventory.family.strategy)
+        self._sharing = inventory.family.sharing
         self._aware_scores: dict[str, AwareKept] = {}  # by node name
 
     # --- pod requests and fits ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from deviceplugin.fit import objects
+from deviceplugin.fit.fragment import Sharing
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, ContainerRequest, FitResult, GpuState, VgpuConfig
 from deviceplugin.fit.policy import Policy
@@ -92,6 +93,10 @@ class Family(DeviceFamily, Protocol):
     @property
     def strategy(self) -> Strategy:
         """The strategy this family implements (the node label's value)."""
+
+    @property
+    def sharing(self) -> Sharing:
+        """How a card in use takes another pod (the gpu-aware score's usable capacity)."""
 
     def fit(
         self,

@@ -34,12 +34,6 @@ LOSS_SCALE = 8.0  # GPUs' worth of usable capacity whose loss scores `keep` 0
 Sharing = Literal["whole", "memory", "slots"]
 """How a card in use takes another pod: never (`whole`), while it has free memory (`memory`), or
 while it also has a free slot and free cores (`slots`)."""
-_SHARING: Mapping[str, Sharing] = {"share": "memory", "vgpu": "slots"}
-
-
-def sharing_of(strategy: str) -> Sharing:
-    """`share` shares by memory, `vgpu` by memory, slots and cores; `number` and `whole` never."""
-    return _SHARING.get(strategy, "whole")
 
 
 @dataclass(frozen=True, slots=True)

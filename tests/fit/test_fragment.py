@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from deviceplugin.fit.fragment import Fragment, Weights, blend, fragment, sharing_of, usable
+from deviceplugin.fit.families import FAMILIES
+from deviceplugin.fit.fragment import Fragment, Weights, blend, fragment, usable
 from deviceplugin.fit.model import Assigned, GpuState, PodUsage
 from deviceplugin.fit.topology import Link, Topology
 
@@ -137,7 +138,7 @@ def test_blend_off_is_the_policys_score_itself() -> None:
 
 
 def test_which_strategies_share_cards() -> None:
-    assert [sharing_of(name) for name in ("share", "vgpu", "number", "whole")] == [
+    assert [FAMILIES[name].sharing for name in ("share", "vgpu", "number", "whole")] == [
         "memory",
         "slots",
         "whole",

@@ -9,6 +9,7 @@ from typing import Any
 from deviceplugin.fit import keys, objects
 from deviceplugin.fit.bind import gpushare_bind_annotations
 from deviceplugin.fit.family import PodRequest
+from deviceplugin.fit.fragment import Sharing
 from deviceplugin.fit.gpushare import (
     fit_number,
     fit_share,
@@ -35,6 +36,7 @@ class ShareFamily:
     """A pod's memory on one card."""
 
     strategy: Strategy = "share"
+    sharing: Sharing = "memory"
     scores_per_device = False
 
     @property
@@ -86,6 +88,7 @@ class NumberFamily(ShareFamily):
     """Whole idle cards; booked and bound as `share` is."""
 
     strategy: Strategy = "number"
+    sharing: Sharing = "whole"
 
     def request(self, pod: objects.Obj, compat: Compat) -> PodRequest:
         need = pod_gpu_number(pod, compat)

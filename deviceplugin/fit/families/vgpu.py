@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from deviceplugin.fit import objects
 from deviceplugin.fit.bind import vgpu_bind_annotations
 from deviceplugin.fit.family import PodRequest
+from deviceplugin.fit.fragment import Sharing
 from deviceplugin.fit.keys import Strategy
 from deviceplugin.fit.model import Compat, FitResult, GpuState, VgpuConfig
 from deviceplugin.fit.policy import Policy
@@ -23,6 +24,7 @@ class VgpuFamily:
     """Slices of cards (count, memory, cores) per container."""
 
     strategy: Strategy = "vgpu"
+    sharing: Sharing = "slots"
     scores_per_device = True  # fit_vgpu sums a score per card it chose
 
     @property
