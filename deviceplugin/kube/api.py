@@ -259,7 +259,7 @@ class Kube:
 
     def watch_pods(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch from `resource_version` (bookmarks on); the server ends it after `timeout_s`."""
-        return self._watch(PODS, field_selector, resource_version, timeout_s)
+        return self._watch("watch_pods", PODS, field_selector, resource_version, timeout_s)
 
     def list_nodes_versioned(self, field_selector: str = "") -> tuple[list[Obj], str]:
         """Nodes matching the selector, and the list's resourceVersion to watch from."""
@@ -268,7 +268,7 @@ class Kube:
 
     def watch_nodes(self, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch of nodes from `resource_version`, like `watch_pods`."""
-        return self._watch(NODES, field_selector, resource_version, timeout_s)
+        return self._watch("watch_nodes", NODES, field_selector, resource_version, timeout_s)
 
     def bind_pod(
         self, namespace: str, name: str, node: str, annotations: Mapping[str, str], uid: str = ""
@@ -286,7 +286,10 @@ class Kube:
         }
         return self._json("create_namespaced_pod_binding", _pod_path(namespace, name) + "/binding", body=body)
 
-    def _watch(self, path: str, field_selector: str, resource_version: str, timeout_s: int) -> WatchStream:
+    def _watch(
+        self, call: str, path: str, field_selector: str, resource_version: str, timeout_s: int
+    ) -> WatchStream:
+        """A watch; `call` names it in the API error counts (`watch_pods`, `watch_nodes`)."""
         query = [
             ("allowWatchBookmarks", "true"),
             ("fieldSelector", field_selector or None),  # "" would send an empty fieldSelector=
@@ -295,7 +298,7 @@ class Kube:
             ("watch", "true"),
         ]
         timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout_s + READ_TIMEOUT_S)
-        return WatchStream(self._stream("watch_pods", path, query, timeout))
+        return WatchStream(self._stream(call, path, query, timeout))
 
     def get_node(self, name: str) -> Obj:
         return self._json("read_node", _node_path(name))

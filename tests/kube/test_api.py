@@ -148,3 +148,13 @@ def test_a_watch_closed_from_other_threads_mid_read_just_ends(
         apiserver.create("pods", pod)
     for round_ in range(60):
         assert _closed_by_four(kube, after_first_event=round_ % 2 == 1) == "", f"round {round_}"
+
+
+def test_a_failed_watch_is_counted_under_the_watch_it_was(apiserver: ApiServerEmulator, kube: Kube) -> None:
+    """The API error metric names the call: a failing node watch is no pod watch."""
+    apiserver.faults.error(503, method="GET", path="/nodes?", times=1)
+    apiserver.faults.error(410, method="GET", path="/pods?", times=1)
+    for watch in (kube.watch_nodes, kube.watch_pods):
+        with pytest.raises(ApiError):
+            watch("", "1", 60)
+    assert kube.errors == {("watch_nodes", 503): 1, ("watch_pods", 410): 1}
