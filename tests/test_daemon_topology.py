@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.fit.topology import TOPOLOGY_KEY, decode_topology
-from deviceplugin.gpu.fake import FakeBackend
+from deviceplugin.gpu.fake import FakeBackend, fake_uuid
 from deviceplugin.gpu.topology import read_topology
 from deviceplugin.plugin.devices import Layout
 from deviceplugin.plugin.families import NODE_FAMILIES
@@ -20,7 +20,7 @@ from deviceplugin.plugin.family import NodeFamily
 from deviceplugin.plugin.nodestate import with_topology
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.kubelet import KubeletEmulator
-from tests.daemons import NODE, TIMEOUT_S, Daemon, eventually, streaming
+from tests.daemons import NODE, TIMEOUT_S, Daemon, eventually, state, streaming
 
 
 def node_annotations(apiserver: ApiServerEmulator) -> dict[str, str]:
@@ -57,6 +57,26 @@ def test_a_vgpu_node_publishes_the_topology_of_the_gpus_it_serves(
         "NODE",
         "SYS",
     ]
+
+
+def test_listandwatch_hints_the_numa_nodes_the_annotation_publishes(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """nvlink-pairs puts GPUs 0-1 on NUMA node 0 and 2-3 on 1: kubelet's topology manager must see
+    the same nodes the scheduler reads from volcano.sh/gpu-topology."""
+    apiserver.create("nodes", {"metadata": {"name": NODE}})
+    daemon = run_daemon(
+        apiserver,
+        start,
+        workdir,
+        *("--fake-gpus", "4x1000", "--fake-gpu-topology", "nvlink-pairs", "--gpu-strategy", "whole"),
+    )
+    assert kubelet.wait_for(streaming("nvidia.com/gpu"), TIMEOUT_S), daemon.output()
+    eventually(lambda: TOPOLOGY_KEY in node_annotations(apiserver), daemon)
+    published = decode_topology(node_annotations(apiserver)[TOPOLOGY_KEY])
+    hinted = state(kubelet, "nvidia.com/gpu").topology
+    assert dict(hinted) == {fake_uuid(gpu): (published.numa_of(gpu),) for gpu in published.gpus}
+    assert published.numa == (0, 0, 1, 1)
 
 
 def test_a_node_without_topology_removes_a_stale_one(

@@ -40,7 +40,8 @@ Xid events and wait errors are delivered in the order they were injected.
 
 The GPUs' interconnect comes from `--fake-gpu-topology` (a preset or a topology file,
 `deviceplugin.gpu.topology`), which must describe as many GPUs as the spec lists; without it the
-backend knows no topology.
+backend knows no topology. With it, each GPU sits on the topology's NUMA node (none where it gives
+-1), which a spec's `numa` may repeat but not contradict.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ import time
 import uuid as uuidlib
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from deviceplugin.fit.model import MigGroup, MigInstance
-from deviceplugin.fit.topology import Topology
+from deviceplugin.fit.topology import UNKNOWN_NUMA, Topology
 from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import (
     BackendError,
@@ -194,11 +195,14 @@ class FakeBackend:
         """BackendError when the spec is malformed or the topology describes another GPU count."""
         parsed = parse_spec(spec)
         listed = len(parsed.inventory.gpus) + len(parsed.inventory.errors)
+        inventory = parsed.inventory
         try:
             links = None if topology is None else topology.for_gpus(listed)
+            if links is not None:
+                inventory = _on_numa_nodes(inventory, links)
         except ValueError as err:
             raise BackendError(f"--fake-gpu-topology {topology}: {err}") from None
-        return cls(parsed.inventory, events_file, parsed.mig_layouts, links)
+        return cls(inventory, events_file, parsed.mig_layouts, links)
 
     @property
     def watched(self) -> frozenset[str]:
@@ -535,6 +539,20 @@ def _parse_mig_line(record: dict[str, Any]) -> _MigFail | _MigBusy:
 def _only(record: dict[str, Any], allowed: set[str]) -> None:
     if not set(record) <= allowed:
         raise ValueError(f"unexpected keys {sorted(set(record) - allowed)}")
+
+
+def _on_numa_nodes(inventory: Inventory, topology: Topology) -> Inventory:
+    """The GPUs on the topology's NUMA nodes (None where it gives -1), so that kubelet's topology
+    hints (ListAndWatch) say what the published annotation says; ValueError where the spec names
+    another node."""
+    gpus = []
+    for gpu in inventory.gpus:
+        node = topology.numa_of(gpu.index)
+        numa = None if node == UNKNOWN_NUMA else node
+        if gpu.numa is not None and gpu.numa != numa:
+            raise ValueError(f"GPU {gpu.index} is on NUMA node {node}, the spec says {gpu.numa}")
+        gpus.append(replace(gpu, numa=numa))
+    return Inventory(tuple(gpus), inventory.errors)
 
 
 # --- spec parsing --------------------------------------------------------------------------------

@@ -145,3 +145,31 @@ def test_a_failed_gpu_still_counts_toward_the_topology(tmp_path: Path) -> None:
 def test_a_preset_for_another_gpu_count_is_refused() -> None:
     with pytest.raises(BackendError, match="--fake-gpu-topology dgx-a100: describes 8 GPUs, the node has 4"):
         FakeBackend.from_spec("4x1024", topology=read_topology("dgx-a100"))
+
+
+def test_fake_gpus_sit_on_the_topologys_numa_nodes() -> None:
+    """The NUMA node kubelet's topology hints get (GpuInfo.numa) is the one the annotation publishes."""
+    backend = FakeBackend.from_spec("4x1024", topology=read_topology("nvlink-pairs"))
+    assert [gpu.numa for gpu in backend.inventory().gpus] == [0, 0, 1, 1]
+
+
+def test_a_topologys_unknown_numa_node_gives_no_hint(tmp_path: Path) -> None:
+    path = tmp_path / "topology.json"
+    path.write_text(json.dumps({"numa": [-1, 1], "default": "SYS", "links": {}}))
+    backend = FakeBackend.from_spec("2x1024", topology=read_topology(str(path)))
+    assert [gpu.numa for gpu in backend.inventory().gpus] == [None, 1]
+
+
+def test_a_spec_numa_node_that_contradicts_the_topology_is_refused(tmp_path: Path) -> None:
+    entries = [{"uuid": f"GPU-{n}", "model": "A100", "memory_mib": 1024, "numa": 0} for n in range(4)]
+    entries[1]["numa"] = None  # not given: the topology's
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps(entries))
+    with pytest.raises(
+        BackendError, match="--fake-gpu-topology nvlink-pairs: GPU 2 is on NUMA node 1, the spec says 0"
+    ):
+        FakeBackend.from_spec(str(spec), topology=read_topology("nvlink-pairs"))
+    entries[2]["numa"] = entries[3]["numa"] = 1
+    spec.write_text(json.dumps(entries))
+    backend = FakeBackend.from_spec(str(spec), topology=read_topology("nvlink-pairs"))
+    assert [gpu.numa for gpu in backend.inventory().gpus] == [0, 0, 1, 1]
