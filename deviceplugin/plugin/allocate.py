@@ -173,6 +173,12 @@ def linked_devices(
     return [*must, *(free[index] for index in chosen)]
 
 
+def _listed(device_ids: Sequence[str]) -> str:
+    """The first few IDs for a message, a hostile client's long ones clipped (quoted whole, a 1 MB
+    one broke gRPC's status limit)."""
+    return ", ".join(d if len(d) <= 64 else shown(d) for d in device_ids[:5])
+
+
 def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
     """The GPU of each of kubelet's device IDs; an AllocateError for none or unknown ones."""
     resource = devices.resource.name
@@ -186,9 +192,14 @@ def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
         raise AllocateError(
             grpc.StatusCode.INVALID_ARGUMENT,
             "unknown-devices",
-            # a hostile client's ID clipped: quoted whole, a 1 MB one broke gRPC's status limit
-            f"{resource}: device IDs {', '.join(d if len(d) <= 64 else shown(d) for d in unknown[:5])} "
-            "are not devices of this node",
+            f"{resource}: device IDs {_listed(unknown)} are not devices of this node",
+        )
+    repeated = [d for d, seen in Counter(device_ids).items() if seen > 1]
+    if repeated:  # kubelet never names a device twice: a container would be counted twice
+        raise AllocateError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "repeated-devices",
+            f"{resource}: device IDs {_listed(repeated)} are named more than once",
         )
     return [gpu for gpu in gpus if gpu is not None]
 

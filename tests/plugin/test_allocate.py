@@ -401,6 +401,7 @@ def test_share_mode_needs_the_schedulers_gpu_index(share: Rig) -> None:
         ([], "Allocate named no device IDs"),
         (["0-0", "9-1"], "device IDs 9-1 are not devices of this node"),
         (["0-99999"], "0-99999"),
+        (["0-0", "0-1", "0-0"], "device IDs 0-0 are named more than once"),
     ],
 )
 def test_bad_device_ids(share: Rig, device_ids: list[str], fragment: str) -> None:
