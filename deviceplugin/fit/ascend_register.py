@@ -162,6 +162,8 @@ def _parse(value: str) -> list[NpuInfo | None]:
         )
     except ValueError as err:
         raise NodeRegisterError(f"node registration {shown(value)} is not valid JSON: {err}") from None
+    except RecursionError:  # json.loads of deeply nested brackets
+        raise NodeRegisterError(f"node registration {shown(value)} is nested too deeply to read") from None
     if loaded is None:
         return []
     if not isinstance(loaded, list) or isinstance(loaded, _Object):

@@ -124,6 +124,17 @@ def test_volcano_sees_no_chip_when_the_registration_fails(value: str) -> None:
     assert decode_npu_register(value, "volcano") == []
 
 
+def test_a_deeply_nested_registration_is_malformed_not_a_crash() -> None:
+    """json.loads recurses per bracket: a broken annotation must not raise RecursionError out of
+    a scheduler's or inspect's reading of the node."""
+    value = "[" * 100_000
+    with pytest.raises(
+        NodeRegisterError, match=r"node registration '\[\[.*\(100000 characters\) is nested too deeply"
+    ):
+        decode_npu_register(value)
+    assert decode_npu_register(value, "volcano") == []
+
+
 def test_registration_names_are_read_as_go_reads_them() -> None:
     value = '[{"ID":"a","Count":1,"count":7,"DEVMEM":21527,"devcore":null,"unknown":[1],"Health":true}]'
     assert decode_npu_register(value) == [NpuInfo(id="a", count=7, devmem=21527, health=True)]
