@@ -29,11 +29,11 @@ from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.fit.topology import Topology, node_topology
 from deviceplugin.inspect.ascend import carries_ascend, npu_cards
 from deviceplugin.inspect.model import GpuReport, MigSlot, NodeReport, PodOnGpu, PodState
-from deviceplugin.inspect.strategy import detect_strategy, memory_factor, node_address
+from deviceplugin.inspect.strategy import GPU_RESOURCES, detect_strategy, memory_factor, node_address
 
 NO_GPUS = (
-    f"publishes no GPU resource ({keys.GPU_MEMORY}, {keys.GPU_NUMBER} or {keys.NODE_VGPU_REGISTER}) "
-    "nor Ascend cards: is the device plugin running on it?"
+    f"publishes no GPU resource ({GPU_RESOURCES}), no {keys.NODE_VGPU_REGISTER} annotation "
+    "and no Ascend cards: is the device plugin running on it?"
 )
 
 

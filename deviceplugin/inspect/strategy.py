@@ -5,7 +5,11 @@ from __future__ import annotations
 from deviceplugin.fit import keys, node_strategy, objects
 from deviceplugin.fit.codec import parse_memory_factor
 from deviceplugin.fit.errors import AnnotationError
+from deviceplugin.fit.strategy import STRATEGY_RESOURCES
 from deviceplugin.inspect.model import Strategy
+
+# The resource each strategy's node is recognised by (its plugin's first), for "no GPUs" messages.
+GPU_RESOURCES = ", ".join(names[0] for names in STRATEGY_RESOURCES.values())
 
 
 def detect_strategy(node: objects.Obj) -> Strategy:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from deviceplugin.fit.topology import UNKNOWN_NUMA, Topology
 from deviceplugin.inspect.model import GpuReport, NodeReport, NpuCardReport, PodOnGpu, Ratio, Report
+from deviceplugin.inspect.strategy import GPU_RESOURCES
 from deviceplugin.inspect.table import format_table
 
 HEADER = (
@@ -176,10 +177,7 @@ def _topology_lines(topology: Topology) -> list[str]:
 
 def render_text(report: Report, *, details: bool = False) -> str:
     if not report.nodes:
-        return (
-            "No GPU nodes found: no node publishes volcano.sh/gpu-memory, gpu-number or vGPU resources, "
-            "nor Ascend cards.\n"
-        )
+        return f"No GPU nodes found: no node publishes a GPU resource ({GPU_RESOURCES}) nor Ascend cards.\n"
     # A node with Ascend cards and no GPU resource has no GPU row.
     gpu_nodes = [node for node in report.nodes if node.gpus or node.strategy != "none" or not node.npus]
     rows = [row for node in gpu_nodes for row in _node_rows(node)]

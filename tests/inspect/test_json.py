@@ -112,3 +112,6 @@ def test_named_node_without_gpus_is_shown_with_a_note(apiserver: ApiServerEmulat
     (node,) = _document(inspect, "cpu-1")["nodes"]
     assert (node["strategy"], node["gpus"]) == ("none", [])
     assert "publishes no GPU resource" in node["problems"][0]
+    # Every strategy's resource, the whole strategy's nvidia.com/gpu included.
+    every = "volcano.sh/gpu-memory, volcano.sh/gpu-number, volcano.sh/vgpu-number, nvidia.com/gpu"
+    assert f"GPU resource ({every})" in node["problems"][0]

@@ -127,3 +127,5 @@ def test_empty_cluster_says_so(apiserver: ApiServerEmulator, inspect: Inspect) -
     run = inspect()
     assert run.code == 0
     assert "No GPU nodes found" in run.out
+    every = "volcano.sh/gpu-memory, volcano.sh/gpu-number, volcano.sh/vgpu-number, nvidia.com/gpu"
+    assert f"GPU resource ({every})" in run.out
