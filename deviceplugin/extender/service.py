@@ -523,6 +523,14 @@ class ExtenderService:
                 pod = self._seen.get(args.pod_uid)
         return pod
 
+    def _unknown(self, args: BindingArgs) -> str:
+        """Why a bind's pod was not found: replaced by a pod of the same name, or unknown."""
+        if args.pod_uid and self._pods is not None:
+            now = self._pods.find(args.pod_namespace, args.pod_name, "", 0)
+            if now is not None:
+                return f"pod {args.pod_display} has uid {pod_uid(now)}, not {args.pod_uid}: it was replaced"
+        return f"pod {args.pod_display} (uid {args.pod_uid or '?'}) is not known to the extender"
+
     def bind(self, args: BindingArgs) -> dict[str, str]:
         began = time.monotonic()
         error = self._bind(args)
@@ -540,17 +548,14 @@ class ExtenderService:
             return problem
         pod = self._find_pod(args)
         if pod is None:
-            return f"pod {args.pod_display} (uid {args.pod_uid or '?'}) is not known to the extender"
-        uid = pod_uid(pod)
-        if args.pod_uid and uid != args.pod_uid:
-            return f"pod {args.pod_display} has uid {uid}, not {args.pod_uid}: it was replaced"
+            return self._unknown(args)
         if bound := pod_node(pod):
             return f"pod {args.pod_display} is already bound to node {bound}"
         error, annotations = self._assume(pod, args.node)
         if error:
             return f"cannot bind pod {args.pod_display} to node {args.node}: {error}"
         try:
-            self._binder(args.pod_namespace, args.pod_name, args.node, annotations, uid)
+            self._binder(args.pod_namespace, args.pod_name, args.node, annotations, pod_uid(pod))
         except Exception as err:  # an API error, or an answer that cannot be read (a proxy's page)
             if annotations:  # else the booking outlives the failed bind while the pod stays pending
                 self.unreserve(pod, args.node)

@@ -124,7 +124,8 @@ def test_unknown_pods_and_nodes_are_errors(
     pod = create_pod(apiserver, memory_pod("new", 1000))
     assert "not in the extender's node cache" in ext.client.bind(pod, "nowhere")
     replaced = {**pod, "metadata": {**pod["metadata"], "uid": "an-older-uid"}}
-    assert "not known to the extender" in ext.client.bind(replaced, "n1")
+    uid = pod["metadata"]["uid"]
+    assert f"has uid {uid}, not an-older-uid: it was replaced" in ext.client.bind(replaced, "n1")
 
 
 def test_a_pod_recreated_under_its_name_before_the_bind_is_not_bound_by_it(
