@@ -486,7 +486,10 @@ class FakeBackend:
 
 def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise | _MigFail | _MigBusy:
     """One events-file line; ValueError says what is wrong with it."""
-    record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    try:
+        record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except RecursionError:  # deeply nested brackets
+        raise ValueError("nested too deeply to be an event") from None
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     if "mig_fail" in record or "mig_busy" in record:
@@ -604,7 +607,7 @@ def _read_json_file(path: str) -> object:
         raise ValueError(f"neither COUNTxMIB (like 2x10989) nor a readable JSON file: {err}") from err
     try:
         return json.loads(data)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # a JSONDecodeError or UnicodeDecodeError, or nesting
         raise ValueError(f"invalid JSON: {err}") from err
 
 

@@ -178,6 +178,7 @@ def test_bad_json_spec(tmp_path: Path, document: Any, problem: str) -> None:
         pytest.param("[{", "invalid JSON", id="truncated"),
         pytest.param("", "invalid JSON", id="empty-file"),
         pytest.param(b"\xff\xfe\xfa", "invalid JSON", id="not-text"),
+        pytest.param("[" * 100_000, "invalid JSON", id="nested-too-deep"),
     ],
 )
 def test_unparsable_json_file(tmp_path: Path, content: str | bytes, problem: str) -> None:
@@ -370,6 +371,7 @@ def test_events_file_partial_line_waits_for_its_end(events_file: Path) -> None:
         pytest.param('{"wait_error": 3}', id="wait-error-not-text"),
         pytest.param('{"raise": ""}', id="empty-raise"),
         pytest.param("{}", id="empty-object"),
+        pytest.param("[" * 100_000, id="nested-too-deep"),
     ],
 )
 def test_malformed_line_is_logged_and_skipped(
