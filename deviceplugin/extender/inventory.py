@@ -169,6 +169,9 @@ class NodeView:
     quick: QuickFits | None = None  # the extender's quick fits on this node (ExtenderService)
 
 
+QUICK_SHAPES = 8  # pod shapes whose host scores a node keeps (for its current generation)
+
+
 @dataclass(eq=False, slots=True)
 class QuickFits:
     """A node's GPUs as the family's quick fit reads them (`Family.quick_cards`: None where only

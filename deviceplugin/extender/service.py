@@ -36,11 +36,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from deviceplugin.extender.aware import AwareScores
 from deviceplugin.extender.config import ExtenderConfig
-from deviceplugin.extender.inventory import Inventory, NodeView, QuickFits, pod_node, pod_uid
+from deviceplugin.extender.inventory import QUICK_SHAPES, Inventory, NodeView, QuickFits, pod_node, pod_uid
 from deviceplugin.extender.protocol import (
     MAX_EXTENDER_PRIORITY,
     BindingArgs,
@@ -53,7 +53,6 @@ from deviceplugin.extender.supernodes import SuperNodes
 from deviceplugin.fit import FitInputError, FitResult, node_score, objects, pod_strategy
 from deviceplugin.fit.families import AscendFamily, ascend_families
 from deviceplugin.fit.family import DeviceFamily, PodRequest
-from deviceplugin.fit.fragment import Weights, blend, fragment, usable
 from deviceplugin.fit.model import is_volcano_compat
 from deviceplugin.fit.policy import Policy, policy_of
 from deviceplugin.kube.api import ApiError, Obj
@@ -63,7 +62,6 @@ log = get_log(__name__)
 
 REMEMBERED_PODS = 1024  # pods seen in filter requests, for a bind the pod cache has not caught up with
 CACHED_FITS = 16  # pods whose filter results are kept for prioritize
-QUICK_SHAPES = 8  # pod shapes whose quick scores each node keeps (for its current generation)
 REMEMBERED_SHAPES = 1024  # pod shapes numbered for those scores
 _NOT_KEPT = -1  # no host score is negative
 
@@ -71,15 +69,6 @@ NpuRequests = tuple[tuple[int, PodRequest], ...]
 """The Ascend families a pod asks: (index in `Inventory.ascend`, the request), in configured order."""
 Fits = list[tuple[DeviceFamily, FitResult]]
 POD_WAIT_S = 1.0  # how long a bind waits for the pod cache to show a pod it does not know
-
-
-@dataclass(eq=False, slots=True)
-class AwareKept:
-    """What the gpu-aware score found on one node for one generation of it."""
-
-    generation: int
-    before: float  # the node's usable capacity (fit.fragment.usable)
-    scores: dict[int, int] = field(default_factory=dict)  # host score by quick pod shape
 
 
 class PodFinder(Protocol):
@@ -129,10 +118,12 @@ class ExtenderService:
         off = () if config.serves_ascend else ascend_families(config.vnpus)
         self._npu_off = frozenset(name for family in off for name in family.resources)
         # The gpu-aware blend (docs/gpu-aware.md), None when off: compat volcano keeps Volcano's scores.
-        aware = config.gpu_aware
-        self._aware: Weights | None = aware if aware.on and not is_volcano_compat(config.compat) else None
-        self._sharing = inventory.family.sharing
-        self._aware_scores: dict[str, AwareKept] = {}  # by node name
+        weights = config.gpu_aware
+        self._aware = (
+            AwareScores(weights, inventory.family.sharing)
+            if weights.on and not is_volcano_compat(config.compat)
+            else None
+        )
 
     # --- pod requests and fits ----------------------------------------------------------------
 
@@ -389,37 +380,22 @@ class ExtenderService:
         return score / devices if self.inventory.family.scores_per_device and devices else score
 
     def _aware_score(
-        self, weights: Weights, view: NodeView, pod: Obj, request: PodRequest, shape: int
+        self, aware: AwareScores, view: NodeView, pod: Obj, request: PodRequest, shape: int
     ) -> int:
-        """`host_score` with the gpu-aware score blended in by `weights`: it needs the cards the
-        full fit chooses, so no quick fit serves it. Until the node changes, its usable capacity
-        is kept, and the score of each quick pod's shape (read without the lock, as `QuickFits`)."""
-        name = view.name
-        if self._unusable(name, view):
+        """`host_score` with the gpu-aware score blended in (`extender.aware`)."""
+        if self._unusable(view.name, view):
             return 0
-        kept = self._aware_scores.get(name)
-        if request.quick and kept is not None and kept.generation == view.generation:
-            score = kept.scores.get(shape)
-            if score is not None:
-                return score
-        with view.lock:
-            if kept is None or kept.generation != view.generation:
-                before = usable(view.gpus, view.topology, self._sharing)
-                kept = self._aware_scores[name] = AwareKept(view.generation, before)
+
+        def fit() -> FitResult:
             try:
-                result = self._fit(view, pod, request)
+                return self._fit(view, pod, request)
             except FitInputError:
-                result = FitResult(ok=False)
-            score = 0
-            if result.ok:
-                base = self._per_device(result.score, sum(len(container) for container in result.devices))
-                placed = fragment(view.gpus, result.devices, view.topology, self._sharing, kept.before)
-                score = self._scaled(blend(base, placed, weights))
-            if request.quick:
-                if len(kept.scores) >= QUICK_SHAPES:
-                    kept.scores.clear()
-                kept.scores[shape] = score
-        return score
+                return FitResult(ok=False)
+
+        def base(result: FitResult) -> float:
+            return self._per_device(result.score, sum(len(container) for container in result.devices))
+
+        return aware.score(view, request, shape, fit=fit, base=base, scaled=self._scaled)
 
     def host_score_of(self, fits: Fits) -> int:
         """The host score of a pod fitted by several families: Volcano's node order sums the raw
