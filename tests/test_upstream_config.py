@@ -339,6 +339,7 @@ def test_every_node_config_field_that_cannot_be_honoured_is_named(
     ("content", "message"),
     [
         ('{"nodeconfig": [', r"not valid JSON"),
+        ('{"nodeconfig": ' + "[" * 100_000, r"not valid JSON: nested too deeply to read"),
         ('{"nodeconfig": {"name": "node-1"}}', r"nodeconfig: must be a list, got dict"),
         ('{"nodes": []}', r"nodes: unknown field \(known: nodeconfig\)"),
         ('["node-1"]', r"the file: must be a mapping, got list"),

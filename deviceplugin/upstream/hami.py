@@ -253,6 +253,8 @@ def _read_json(path: Path) -> Any:
         raise UpstreamError(f"cannot read it: {err.strerror or err}") from None
     except ValueError as err:
         raise UpstreamError(f"not valid JSON: {err}") from None
+    except RecursionError:  # the decoder recurses once per level: [[[[...]]]]
+        raise UpstreamError("not valid JSON: nested too deeply to read") from None
 
 
 def read_node_config(path: Path, node_name: str) -> Reading:
