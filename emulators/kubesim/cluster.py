@@ -23,6 +23,7 @@ from typing import Any
 from deviceplugin.extender import Extender, ExtenderConfig
 from deviceplugin.extender.config import Policy
 from deviceplugin.fit import keys, objects
+from deviceplugin.fit.fragment import Weights
 from deviceplugin.gpu.mps import MpsControl, MpsError, MpsRoot
 from deviceplugin.kube.api import Kube, load_client
 from deviceplugin.plugin.devices import RESOURCES
@@ -35,6 +36,7 @@ from kubesim.failures import SimulationError
 from kubesim.kubelet import KubeletEmulator
 from kubesim.nodes import MPS_CONTROL, NodeSpec
 from kubesim.nodestatus import NodeStatusReporter
+from kubesim.scenario import GPU_AWARE_OFF
 from kubesim.scheduler import Decision, SimScheduler
 from kubesim.workloads import Gang
 
@@ -97,6 +99,8 @@ class SimCluster:
         policy: Policy = "binpack",
         weight: int = 1,
         ascend_nodes: Sequence[AscendNodeSpec] = (),
+        *,
+        gpu_aware: Weights = GPU_AWARE_OFF,
     ) -> None:
         self.directory = directory
         self.node_specs = tuple(nodes)
@@ -104,6 +108,8 @@ class SimCluster:
         self.ascend_specs = {spec.name: spec for spec in ascend_nodes}
         self.policy: Policy = policy
         self.weight = weight
+        #: The GPU extenders' gpu-aware score weights (docs/gpu-aware.md).
+        self.gpu_aware = gpu_aware
         self.apiserver = ApiServerEmulator()
         self.kubeconfig = directory / "kubeconfig"
         self.nodes: dict[str, SimNode] = {}
@@ -127,7 +133,12 @@ class SimCluster:
         # would list the Ascend resources under one extender's managedResources).
         for strategy in sorted({spec.strategy for spec in self.node_specs}):
             config = ExtenderConfig(
-                strategy=strategy, policy=self.policy, weight=self.weight, ascend_hami_vnpu=False
+                strategy=strategy,
+                policy=self.policy,
+                weight=self.weight,
+                ascend_hami_vnpu=False,
+                gpu_aware_weight=self.gpu_aware.weight,
+                gpu_aware_loss_weight=self.gpu_aware.loss_weight,
             )
             self.extenders[strategy] = Extender(config, kube, address="127.0.0.1:0").start()
         if self.ascend_specs:

@@ -6,8 +6,9 @@ Each document (or each item of a `kind: List`) is one of:
 - a `Pod`, a `Deployment` or `ReplicaSet`, a Volcano `Job` or `PodGroup` (`workloads` expands them
   into pods and gangs);
 - Volcano's scheduler ConfigMap `volcano-scheduler-configmap`: its `deviceshare` arguments
-  `SchedulePolicy` and `ScheduleWeight` set the extenders' policy and weight; the rest of the
-  scheduler configuration is listed as not simulated;
+  `SchedulePolicy` and `ScheduleWeight` set the extenders' policy and weight, a `gpu-aware`
+  plugin's arguments `weight` and `loss.weight` their gpu-aware score's weights
+  (docs/gpu-aware.md); the rest of the scheduler configuration is listed as not simulated;
 - a Volcano `Queue`, or any other ConfigMap: accepted, listed as not simulated;
 - a mapping with only `nodes:`, the cluster to simulate (`nodes.parse_nodes`).
 
@@ -23,14 +24,27 @@ from typing import Any
 
 import yaml
 
-from deviceplugin.extender.config import POLICIES, VOLCANO_POLICY, VOLCANO_WEIGHT, Policy
+from deviceplugin.extender.config import (
+    GPU_AWARE,
+    GPU_AWARE_KEYS,
+    POLICIES,
+    VOLCANO_POLICY,
+    VOLCANO_WEIGHT,
+    ExtenderConfigError,
+    Policy,
+    load_config,
+)
 from deviceplugin.fit import keys
+from deviceplugin.fit.fragment import Weights
 from kubesim import workloads
 from kubesim.nodes import NodeSpec, NodeSpecError, parse_nodes
 from kubesim.workloads import VOLCANO_BATCH, VOLCANO_SCHEDULING, Gang, Obj, ScenarioError
 
 SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
 SCHEDULER_CONF_KEY = "volcano-scheduler.conf"
+# The gpu-aware plugin's arguments (GPU_AWARE_KEYS) by the Weights field each sets.
+_WEIGHTS = {"weight": "weight", "loss.weight": "loss_weight"}
+GPU_AWARE_OFF = Weights()  # no gpu-aware plugin in the file: the extenders' default
 ACCEPTED = (
     "Pod, List, Deployment, ReplicaSet (apps/v1), Job (batch.volcano.sh/v1alpha1), PodGroup and Queue "
     "(scheduling.volcano.sh/v1beta1), ConfigMap, or a mapping with only nodes:"
@@ -46,6 +60,8 @@ class Scenario:
     nodes: tuple[NodeSpec, ...] | None = None
     policy: Policy | None = None
     weight: int | None = None
+    #: The gpu-aware plugin's `weight` and `loss.weight`: the GPU extenders' gpu-aware score (both 0: off).
+    gpu_aware: Weights = GPU_AWARE_OFF
     #: What the file holds that the simulation accepts without playing it, one line each.
     not_simulated: tuple[str, ...] = ()
 
@@ -58,6 +74,7 @@ class _Reading:
     nodes: tuple[NodeSpec, ...] | None = None
     policy: Policy | None = None
     weight: int | None = None
+    gpu_aware: Weights = field(default_factory=Weights)
     not_simulated: list[str] = field(default_factory=list)
 
 
@@ -85,6 +102,7 @@ def read_scenario(path: Path) -> Scenario:
         nodes=reading.nodes,
         policy=reading.policy,
         weight=reading.weight,
+        gpu_aware=reading.gpu_aware,
         not_simulated=tuple(reading.not_simulated),
     )
 
@@ -174,6 +192,11 @@ def _plugin(reading: _Reading, plugin: object, where: str, shown: str) -> None:
     if not isinstance(plugin, dict) or not plugin.get("name"):
         raise ScenarioError(f"{where}: every plugin needs a name")
     name, arguments = plugin["name"], plugin.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise ScenarioError(f"{where} {name}.arguments must be a mapping")
+    if name == GPU_AWARE:
+        _gpu_aware(reading, arguments, where, shown)
+        return
     if name != "deviceshare":
         reading.not_simulated.append(f"{shown}: plugin {name}" + (f" {arguments}" if arguments else ""))
         return
@@ -192,6 +215,24 @@ def _plugin(reading: _Reading, plugin: object, where: str, shown: str) -> None:
             reading.not_simulated.append(
                 f"{shown}: {key}: {written} (every strategy the simulated nodes run is scheduled)"
             )
+
+
+def _gpu_aware(reading: _Reading, arguments: dict[str, Any], where: str, shown: str) -> None:
+    """The gpu-aware plugin's `weight` and `loss.weight`, read as the extender reads its options."""
+    for key, value in arguments.items():
+        option = GPU_AWARE_KEYS.get(key)
+        if option is None:
+            reading.not_simulated.append(f"{shown}: {GPU_AWARE} argument {key}: {value}")
+            continue
+        at = f"{where} {GPU_AWARE}.arguments {key}"
+        if value is None:
+            raise ScenarioError(f"{at}: no value; it takes a number from 0 (off)")
+        try:
+            config = load_config({option: value}, env={})
+        except ExtenderConfigError as err:
+            raise ScenarioError(f"{at}: {err}") from None
+        number = getattr(config, option.replace("-", "_"))
+        reading.gpu_aware = replace(reading.gpu_aware, **{_WEIGHTS[key]: number})
 
 
 def _check_unique(pods: list[Obj], path: Path) -> None:

@@ -254,7 +254,12 @@ def _simulate(
     first = plays[0].scenario
     ascend = DEMO_ASCEND if plays is DEMO else ()
     cluster = SimCluster(
-        directory, nodes, policy=first.policy or "binpack", weight=first.weight or 1, ascend_nodes=ascend
+        directory,
+        nodes,
+        policy=first.policy or "binpack",
+        weight=first.weight or 1,
+        ascend_nodes=ascend,
+        gpu_aware=first.gpu_aware,
     )
     reports: list[PodReport] = []
     error = None
