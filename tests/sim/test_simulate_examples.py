@@ -153,6 +153,30 @@ def _supernode(run: Run) -> None:
     assert allocated == {"2"}
 
 
+def _topology_4gpu(run: Run) -> None:
+    """The 4-GPU pod gets the idle socket (4-7), not the first four idle GPUs (1-4) across sockets."""
+    assert gpus(run, "one-gpu", "cuda-container") == [("pcie-8", 0)]
+    assert sorted(gpus(run, "four-gpus", "cuda-container")) == [("pcie-8", i) for i in range(4, 8)]
+    assert env(run.pod("four-gpus"), "cuda-container")["VOLCANO_GPU_ALLOCATED"] == "4"
+
+
+def _gpu_aware_fragmentation(run: Run) -> None:
+    """gpu-aware keeps the mixed pods on frag-1 (binpack alone spreads them), so frag-2 stays idle
+    for the 8-GPU pod."""
+    held = {
+        pod: sorted(gpus(run, pod, "cuda-container")) for pod in ("one-gpu", "share", "two-gpus", "four-gpus")
+    }
+    assert held == {
+        "one-gpu": [("frag-1", 0)],
+        "share": [("frag-1", 1)],
+        "two-gpus": [("frag-1", 2), ("frag-1", 3)],
+        "four-gpus": [("frag-1", i) for i in range(4, 8)],
+    }
+    assert sorted(gpus(run, "eight-gpus", "cuda-container")) == [("frag-2", i) for i in range(8)]
+    assert vgpu_limits(run, "eight-gpus", "cuda-container") == ["16384m"] * 8
+    assert vgpu_limits(run, "share", "cuda-container") == ["4096m"]  # 1024 units of 4 MiB
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "volcano-gpu-sharing.yaml": _sharing,
     "volcano-gpu-sharing-job.yaml": _sharing_job,
@@ -172,6 +196,8 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "vgpu-podgroup-spread.yaml": _other_gpus("spread-job-worker-0", "spread-job-worker-1"),
     "volcano-job-mindspore.yaml": _mindspore,
     "supernode-job.yaml": _supernode,
+    "topology-4gpu.yaml": _topology_4gpu,
+    "gpu-aware-fragmentation.yaml": _gpu_aware_fragmentation,
 }
 
 
