@@ -14,13 +14,22 @@ pod (share: 2-16 GiB of gpu-memory; vgpu: one vGPU of 2-16 GiB and 20 cores; fou
 The request bodies are built beforehand; the client only sends bytes and reads the reply bytes.
 The timed pass follows the recording pass, so each shape's quick scores are kept on every node
 (the steady state of a queue of a few job shapes on nodes that do not change); `--profile` shows
-the first cycle's cost too (a new shape: the quick fit on every node).
+the first cycle's cost too (a new shape: the quick fit on every node), and the table prints it as
+`new shape ms` (not a target: the recording pass's first cycle, measured once per run).
 
 Floor: the same HTTP server (deviceplugin.httpserver, the extender's limits) in another child
 process, answering each request of the same byte stream by decoding its JSON body and encoding the
 reply the extender gave to that request (recorded in a first pass) with the extender's encoder:
 HTTP + JSON of the same bytes, both ways. Real and floor cycles alternate, so load on the machine
 hits both alike. Replies are checked byte for byte against the recorded ones.
+
+Topology (issue 17): `--topology` gives every node a published `volcano.sh/gpu-topology` (two
+NVLink islands of 4: NV4 inside, SYS between, one NUMA node each); `--gpu-aware` runs the
+extender with the gpu-aware score on (`loss.weight` 2, docs/gpu-aware.md); `--multi-gpu` makes
+the pending pods multi-GPU so the topology picks cards (number: `gpu-number` 4, 2, 4, 3 in turn
+on nodes running four 1-GPU pods on distinct cards; vgpu: `vgpu-number` 2 of the four memory sizes).
+`--strategies number,vgpu --multi-gpu` then with `--topology`, then with `--gpu-aware` too, gives
+the cycle with topology scoring off and on.
 
 Targets (issue 15 item 1): 500 nodes: cycle p50 <= 3x the floor's; 5,000 nodes: p99 <= 50 ms;
 20,000 nodes: p99 <= 150 ms and <= 3x the floor's p99; RSS <= 8 KB per node with its pods (a row
@@ -56,6 +65,7 @@ from report import Row, record
 
 from deviceplugin.fit import GpuState, encode_node_register
 from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.topology import TOPOLOGY_KEY, Topology, parse_link
 from kubesim.apiserver import ApiServerEmulator
 
 GPUS = 8
@@ -63,7 +73,11 @@ GPU_MEMORY = 81559  # MiB of an H100 80GB
 PODS_PER_NODE = 4
 SIZES = (500,)  # quick by default; the issue's table: --sizes 500,5000,20000
 PENDING_MEMORY = (8192, 4096, 16384, 2048)  # pod shapes in turn, as a queue of several jobs holds
+PENDING_GPUS = (4, 2, 4, 3)  # --multi-gpu: a number pod's GPUs in turn
+PENDING_VGPUS = 2  # --multi-gpu: a vgpu pod's vGPUs
+GPU_AWARE_LOSS_WEIGHT = 2.0  # --gpu-aware: docs/gpu-aware.md's recommended setting
 STRATEGIES: tuple[Strategy, ...] = ("share", "vgpu")
+BENCH_STRATEGIES: tuple[Strategy, ...] = ("share", "number", "vgpu")
 NAMESPACE = "bench"
 FLOOR_RATIO = 3.0
 P99_5K_MS = 50.0
@@ -72,6 +86,32 @@ KB_PER_NODE = 8.0
 MEMORY_MIN_NODES = 5000  # RSS per node is a target from this size on (fixed costs spread thin enough)
 
 Obj = dict[str, Any]
+#: --topology: two NVLink islands of 4 GPUs, as the annotation publishes them.
+ISLANDS = Topology.build(
+    range(GPUS),
+    [gpu // 4 for gpu in range(GPUS)],
+    lambda a, b: parse_link("NV4" if a // 4 == b // 4 else "SYS"),
+).encode()
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the nodes publish, what the extender scores and what the pending pods ask."""
+
+    topology: bool = False
+    gpu_aware: bool = False
+    multi_gpu: bool = False
+
+    def flags(self) -> list[str]:
+        return [
+            f"--{name.replace('_', '-')}"
+            for name in ("topology", "gpu_aware", "multi_gpu")
+            if getattr(self, name)
+        ]
+
+    def label(self) -> str:
+        parts = [name for name in ("topology", "gpu-aware") if getattr(self, name.replace("-", "_"))]
+        return ("multi-GPU pods, " if self.multi_gpu else "") + (" + ".join(parts) or "no topology")
 
 
 # ------------------------------------------------------------------------------ the cluster
@@ -98,7 +138,7 @@ def _images(n: int) -> list[Obj]:
     ]
 
 
-def make_node(strategy: Strategy, n: int) -> Obj:
+def make_node(strategy: Strategy, n: int, topology: bool = False) -> Obj:
     name = node_name(n)
     sick = (3,) if n % 10 == 0 else ()
     if strategy == "vgpu":
@@ -115,6 +155,8 @@ def make_node(strategy: Strategy, n: int) -> Obj:
     else:
         gpu_resources = {"volcano.sh/gpu-memory": str(GPUS * GPU_MEMORY), "volcano.sh/gpu-number": str(GPUS)}
         gpu_notes = {"volcano.sh/gpu-unhealthy-ids": ",".join(map(str, sick))} if sick else {}
+    if topology:
+        gpu_notes[TOPOLOGY_KEY] = ISLANDS
     resources = {
         "cpu": "224",
         "ephemeral-storage": "3750000000Ki",
@@ -262,7 +304,11 @@ def _pod(strategy: Strategy, name: str, limits: dict[str, str], annotations: dic
 def running_pod(strategy: Strategy, n: int, rng: random.Random, nodes: int) -> Obj:
     node, gpu = n // PODS_PER_NODE % nodes, rng.randrange(GPUS)
     memory = rng.choice([2048, 4096, 8192, 16384])
-    if strategy == "vgpu":
+    if strategy == "number":  # four 1-GPU pods on distinct cards of the node
+        gpu = random.Random(node).sample(range(GPUS), PODS_PER_NODE)[n % PODS_PER_NODE]
+        limits = {"volcano.sh/gpu-number": "1"}
+        annotations = {"volcano.sh/gpu-index": str(gpu), "volcano.sh/predicate-time": str(1_700_000_000 + n)}
+    elif strategy == "vgpu":
         cores = rng.choice([0, 10, 20])
         limits = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": str(memory)}
         annotations = {"volcano.sh/vgpu-ids-new": f"{_uuid(node, gpu)},NVIDIA,{memory},{cores}:"}
@@ -300,11 +346,13 @@ def running_pod(strategy: Strategy, n: int, rng: random.Random, nodes: int) -> O
     return pod
 
 
-def pending_pod(strategy: Strategy, n: int) -> Obj:
+def pending_pod(strategy: Strategy, n: int, multi_gpu: bool = False) -> Obj:
     memory = str(PENDING_MEMORY[n % len(PENDING_MEMORY)])
-    if strategy == "vgpu":
+    if strategy == "number":
+        limits = {"volcano.sh/gpu-number": str(PENDING_GPUS[n % len(PENDING_GPUS)] if multi_gpu else 1)}
+    elif strategy == "vgpu":
         limits = {
-            "volcano.sh/vgpu-number": "1",
+            "volcano.sh/vgpu-number": str(PENDING_VGPUS if multi_gpu else 1),
             "volcano.sh/vgpu-memory": memory,
             "volcano.sh/vgpu-cores": "20",
         }
@@ -316,11 +364,11 @@ def pending_pod(strategy: Strategy, n: int) -> Obj:
     return pod
 
 
-def fill(api: ApiServerEmulator, strategy: Strategy, nodes: int) -> None:
+def fill(api: ApiServerEmulator, strategy: Strategy, nodes: int, topology: bool = False) -> None:
     rng = random.Random(11)
     api.create("namespaces", {"metadata": {"name": NAMESPACE}})
     for n in range(nodes):
-        api.create("nodes", make_node(strategy, n))
+        api.create("nodes", make_node(strategy, n, topology))
     for n in range(nodes * PODS_PER_NODE):
         api.create("pods", running_pod(strategy, n, rng, nodes))
 
@@ -335,14 +383,18 @@ def _rss_kb() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int) -> None:
+def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int, setup: Setup) -> None:
     """Child: the extender on a free port; prints its port and RSS, serves until stdin closes."""
     from deviceplugin.extender.app import Extender, settle  # noqa: PLC0415
     from deviceplugin.extender.config import ExtenderConfig  # noqa: PLC0415
     from deviceplugin.memory import return_large_buffers_to_the_os  # noqa: PLC0415
 
     config = ExtenderConfig(
-        strategy=strategy, policy="binpack", kubeconfig=Path(kubeconfig), log_level="warning"
+        strategy=strategy,
+        policy="binpack",
+        kubeconfig=Path(kubeconfig),
+        log_level="warning",
+        gpu_aware_loss_weight=GPU_AWARE_LOSS_WEIGHT if setup.gpu_aware else 0.0,
     )
     return_large_buffers_to_the_os()  # as `deviceplugin extender` does
     extender = Extender(config, address="127.0.0.1:0")
@@ -356,7 +408,7 @@ def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int) -> 
     settle()  # as `deviceplugin extender` does once its caches sync
     filled_kb = _rss_kb()
     if profile_cycles:
-        _profile(extender, strategy, profile_cycles)
+        _profile(extender, strategy, profile_cycles, setup.multi_gpu)
         extender.stop()
         return
     print(
@@ -369,7 +421,7 @@ def serve_extender(strategy: Strategy, kubeconfig: str, profile_cycles: int) -> 
     extender.stop()
 
 
-def _profile(extender: Any, strategy: Strategy, cycles: int) -> None:
+def _profile(extender: Any, strategy: Strategy, cycles: int, multi_gpu: bool) -> None:
     """cProfile of filter + prioritize through the extender's HTTP handler, in this thread."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
@@ -380,7 +432,7 @@ def _profile(extender: Any, strategy: Strategy, cycles: int) -> None:
     names = extender.inventory.node_names()
 
     def cycle(n: int) -> None:
-        pod = pending_pod(strategy, n)
+        pod = pending_pod(strategy, n, multi_gpu)
         body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
         reply = json.loads(handler(Request("POST", "/filter", "HTTP/1.1", {}, body)).body)
         body = json.dumps({"Pod": pod, "NodeNames": reply["NodeNames"]}).encode()
@@ -467,23 +519,26 @@ class Exchange:
     filter_reply: bytes
     prioritize_body: bytes
     prioritize_reply: bytes
+    recorded_ms: float  # the recording cycle's time: the first of a pod shape fits every node anew
 
 
 def record_cycles(
-    connection: http.client.HTTPConnection, strategy: Strategy, names: list[str], cycles: int
+    connection: http.client.HTTPConnection, strategy: Strategy, names: list[str], cycles: int, multi_gpu: bool
 ) -> list[Exchange]:
     """The first pass: each pod's filter and prioritize, the replies kept for the floor."""
     recorded = []
     for n in range(cycles):
-        pod = pending_pod(strategy, n)
+        pod = pending_pod(strategy, n, multi_gpu)
         filter_body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
+        began = time.perf_counter()
         filter_reply = exchange(connection, "/filter", filter_body)
         result = json.loads(filter_reply)
         if result["Error"] or not result["NodeNames"]:
             raise RuntimeError(f"filter: {result['Error'] or 'no node fits'}")
         prioritize_body = json.dumps({"Pod": pod, "NodeNames": result["NodeNames"]}).encode()
         prioritize_reply = exchange(connection, "/prioritize", prioritize_body)
-        recorded.append(Exchange(filter_body, filter_reply, prioritize_body, prioritize_reply))
+        took_ms = (time.perf_counter() - began) * 1000
+        recorded.append(Exchange(filter_body, filter_reply, prioritize_body, prioritize_reply, took_ms))
     return recorded
 
 
@@ -506,13 +561,16 @@ class Run:
     kb_per_node: float
     sync_s: float
     passed: int
+    new_shape_ms: float  # the first cycle of the run: a pod shape the extender has not seen
 
 
-def measure(strategy: Strategy, nodes: int, kubeconfig: Path, cycles: int, work: Path) -> Run:
-    with child("--serve-extender", strategy, str(kubeconfig)) as extender:
+def measure(
+    strategy: Strategy, nodes: int, kubeconfig: Path, cycles: int, work: Path, *, setup: Setup
+) -> Run:
+    with child("--serve-extender", strategy, str(kubeconfig), *setup.flags()) as extender:
         connection = http.client.HTTPConnection("127.0.0.1", extender["port"], timeout=120)
         names = [node_name(n) for n in range(nodes)]
-        recorded = record_cycles(connection, strategy, names, cycles)
+        recorded = record_cycles(connection, strategy, names, cycles, setup.multi_gpu)
         replies = work / "replies.jsonl"
         with replies.open("w", encoding="utf-8") as out:
             for n, cycle in enumerate(recorded):
@@ -533,7 +591,9 @@ def measure(strategy: Strategy, nodes: int, kubeconfig: Path, cycles: int, work:
     floor_p50, floor_p99, _ = percentiles(canned)
     kb_per_node = (extender["filled_kb"] - extender["empty_kb"]) / nodes
     passed = len(json.loads(recorded[0].filter_reply)["NodeNames"])
-    return Run(p50, p99, floor_p50, floor_p99, kb_per_node, extender["sync_s"], passed)
+    return Run(
+        p50, p99, floor_p50, floor_p99, kb_per_node, extender["sync_s"], passed, recorded[0].recorded_ms
+    )
 
 
 def median_run(runs: Sequence[Run]) -> Run:
@@ -541,8 +601,10 @@ def median_run(runs: Sequence[Run]) -> Run:
     return Run(**{name: statistics.median(getattr(run, name) for run in runs) for name in fields})
 
 
-def rows_for(strategy: Strategy, nodes: int, run: Run) -> list[Row]:
+def rows_for(strategy: Strategy, nodes: int, run: Run, setup: Setup) -> list[Row]:
     what = f"extender filter+prioritize, {nodes:,} nodes, {strategy}"
+    if setup != Setup():
+        what += f", {setup.label()}"
     if nodes <= 500:
         return [
             Row(
@@ -570,7 +632,16 @@ def memory_row(strategy: Strategy, nodes: int, run: Run) -> Row:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="node counts, comma-separated")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument(
+        "--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(BENCH_STRATEGIES)}"
+    )
+    parser.add_argument(
+        "--topology", action="store_true", help="every node publishes two NVLink islands of 4"
+    )
+    parser.add_argument("--gpu-aware", action="store_true", help="the gpu-aware score on (loss.weight 2)")
+    parser.add_argument(
+        "--multi-gpu", action="store_true", help="multi-GPU pending pods (gpu-number 4, vgpu-number 2)"
+    )
     parser.add_argument("--cycles", type=int, default=40, help="timed cycles per run")
     parser.add_argument("--runs", type=int, default=3, help="runs per size; each figure is their median")
     parser.add_argument(
@@ -581,21 +652,26 @@ def main() -> int:
     )
     parser.add_argument("--serve-floor", metavar="REPLIES", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    setup = Setup(topology=args.topology, gpu_aware=args.gpu_aware, multi_gpu=args.multi_gpu)
     if args.serve_extender:
-        serve_extender(args.serve_extender[0], args.serve_extender[1], args.profile)
+        serve_extender(args.serve_extender[0], args.serve_extender[1], args.profile, setup)
         return 0
     if args.serve_floor:
         serve_floor(args.serve_floor)
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
     strategies: list[Strategy] = args.strategies.split(",")
+    unknown = sorted(set(strategies) - set(BENCH_STRATEGIES))
+    if unknown:
+        parser.error(f"--strategies: {', '.join(unknown)} not one of {', '.join(BENCH_STRATEGIES)}")
     print(
         f"extender scheduling cycle: {GPUS} GPUs and {PODS_PER_NODE} running pods per node, NodeNames, "
-        f"policy binpack, {args.cycles} cycles x {args.runs} runs; floor: the same HTTP stack and JSON"
+        f"policy binpack, {setup.label()}, {args.cycles} cycles x {args.runs} runs; "
+        "floor: the same HTTP stack and JSON"
     )
     print(
         f"{'nodes':>6} {'strategy':8} {'p50 ms':>8} {'p99 ms':>8} {'floor p50':>9} {'floor p99':>9} "
-        f"{'KB/node':>8} {'sync s':>7}"
+        f"{'KB/node':>8} {'sync s':>7} {'new shape ms':>12}"
     )
     rows: list[Row] = []
     memory: list[Row] = []
@@ -604,7 +680,7 @@ def main() -> int:
         for nodes in sizes:
             for strategy in strategies:
                 with ApiServerEmulator(bookmark_interval_s=30.0) as api:
-                    fill(api, strategy, nodes)
+                    fill(api, strategy, nodes, setup.topology)
                     kubeconfig = api.write_kubeconfig(work / "kubeconfig")
                     if args.profile:
                         subprocess.run(
@@ -616,19 +692,23 @@ def main() -> int:
                                 str(kubeconfig),
                                 "--profile",
                                 str(args.profile),
+                                *setup.flags(),
                             ],
                             check=True,
                         )
                         continue
-                    runs = [measure(strategy, nodes, kubeconfig, args.cycles, work) for _ in range(args.runs)]
+                    runs = [
+                        measure(strategy, nodes, kubeconfig, args.cycles, work, setup=setup)
+                        for _ in range(args.runs)
+                    ]
                 run = median_run(runs)
                 print(
                     f"{nodes:>6} {strategy:8} {run.p50:8.1f} {run.p99:8.1f} "
                     f"{run.floor_p50:9.2f} {run.floor_p99:9.2f} {run.kb_per_node:8.1f} {run.sync_s:7.1f}"
-                    f"   ({run.passed} nodes fit)",
+                    f" {run.new_shape_ms:12.1f}   ({run.passed} nodes fit)",
                     flush=True,
                 )
-                rows += rows_for(strategy, nodes, run)
+                rows += rows_for(strategy, nodes, run, setup)
                 if nodes == max(sizes) and nodes >= MEMORY_MIN_NODES:
                     memory.append(memory_row(strategy, nodes, run))
     if args.profile:

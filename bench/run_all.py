@@ -28,6 +28,15 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "allocate-mig": ("allocate_mig.py",),
     "outbox": ("outbox.py",),
     "extender": ("extender.py",),
+    # multi-GPU pods on nodes publishing NVLink islands, gpu-aware on (issue 17)
+    "extender-topology": (
+        "extender.py",
+        "--strategies",
+        "number,vgpu",
+        "--multi-gpu",
+        "--topology",
+        "--gpu-aware",
+    ),
     "http_servers": ("http_servers.py",),
     "fragmentation": ("fragmentation.py",),
 }
