@@ -7,9 +7,10 @@ conditions and node info, a pod managedFields, env, volumes and container status
 Python objects each, and 304 MB for 20,000 nodes with 80,000 pods, read by nobody here. Kept:
 
 - node: metadata.name; the labels and annotations of the GPU domains (`KEPT_DOMAINS`: the
-  strategy label, the vGPU registration, unhealthy GPUs, the memory factor, the Ascend
-  registrations and `hami-vnpu-core`); the GPU and Ascend resources of status.capacity and
-  status.allocatable (those of the same domains);
+  strategy label, the vGPU registration, unhealthy GPUs, the memory factor, the GPU topology
+  (one string for every node publishing the same), the Ascend registrations and
+  `hami-vnpu-core`); the GPU and Ascend resources of status.capacity and status.allocatable
+  (those of the same domains);
 - pod: metadata name, namespace, uid, deletionTimestamp and the labels and annotations of the
   GPU and pod-group domains; spec.nodeName; per container and init container its name and the
   limits and requests of its resources (a vGPU request may be given as a request); status.phase.
@@ -32,6 +33,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
+from deviceplugin.fit.topology import TOPOLOGY_KEY
 from deviceplugin.kube.owned import owned
 
 Obj = Mapping[str, Any]
@@ -195,6 +197,10 @@ def extender_node(node: Obj) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     if "metadata" in node:
         meta = _kept(node["metadata"], (), ("labels", "annotations"), ("labels",))
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(notes, dict) and type(notes.get(TOPOLOGY_KEY)) is str:
+            # Nodes of one model publish the same topology text (~280 bytes for 8 GPUs): one string.
+            notes[TOPOLOGY_KEY] = sys.intern(notes[TOPOLOGY_KEY])
         name = node["metadata"].get("name") if isinstance(node["metadata"], Mapping) else None
         if name is not None:  # the node's pods name it too: one string for all
             meta["name"] = sys.intern(owned(name)) if type(name) is str else owned(name)

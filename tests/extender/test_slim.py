@@ -17,6 +17,7 @@ from deviceplugin.extender.slim import Record, extender_node, extender_pod, reco
 from deviceplugin.fit import FitInputError, GpuState, holds_gpus
 from deviceplugin.fit.families import family_of
 from deviceplugin.fit.model import DEFAULT_VGPU_CONFIG
+from deviceplugin.fit.topology import TOPOLOGY_KEY, Topology, parse_link
 from tests.extender.conftest import gpu_pod, gpu_uuid, share_node, vgpu_node
 
 Obj = dict[str, Any]
@@ -213,6 +214,21 @@ def test_pods_of_one_template_share_their_containers() -> None:
     a, b = (extender_pod(_served(gpu_pod(name, VGPU))) for name in ("a", "b"))
     assert a["spec"]["containers"] is b["spec"]["containers"]
     assert a["metadata"]["name"] != b["metadata"]["name"]
+
+
+def test_nodes_publishing_one_topology_share_its_text() -> None:
+    """Nodes of one model publish the same ~280-byte topology: the extender keeps one string
+    (bench/extender.py --topology: 8.24 KB per vGPU node with its pods, 8 KB the bar)."""
+    text = Topology.build(range(8), [g // 4 for g in range(8)], lambda a, b: parse_link("NV12")).encode()
+
+    def served(name: str) -> Obj:
+        node = vgpu_node(name)
+        node["metadata"].setdefault("annotations", {})[TOPOLOGY_KEY] = text
+        return json.loads(json.dumps(node))  # as the API client reads it: a string of its own each
+
+    a, b = (extender_node(served(name)) for name in ("a", "b"))
+    assert a["metadata"]["annotations"][TOPOLOGY_KEY] == text
+    assert a["metadata"]["annotations"][TOPOLOGY_KEY] is b["metadata"]["annotations"][TOPOLOGY_KEY]
 
 
 def test_a_record_reads_as_the_dict_it_was_made_from() -> None:
