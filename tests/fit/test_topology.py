@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -14,10 +16,12 @@ from hypothesis import strategies as st
 
 from deviceplugin.fit.errors import AnnotationError, FitInputError
 from deviceplugin.fit.topology import (
+    EXHAUSTIVE_LIMIT,
     MAX_NVLINKS,
     TOPOLOGY_KEY,
     Link,
     Topology,
+    best_set,
     decode_topology,
     node_topology,
     parse_link,
@@ -149,3 +153,32 @@ def test_build_asks_each_pair_once_in_order() -> None:
 
     Topology.build([2, 0, 1], [0, 0, 0], link)
     assert asked == [(2, 0), (2, 1), (0, 1)]
+
+
+def _links(table: dict[tuple[int, int], str], default: str) -> Callable[[int, int], Link]:
+    return lambda a, b: parse_link(table.get((a, b), default))
+
+
+def test_equal_worst_links_go_to_the_set_with_more_and_faster_links() -> None:
+    """Every 3-card set here crosses one SYS pair: the sum of the pair ranks decides, and of two
+    sets with the best sum the first in the caller's order wins."""
+    topology = Topology.build(range(4), [0] * 4, _links({(0, 1): "SYS", (2, 3): "SYS", (1, 3): "NV4"}, "PIX"))
+    assert topology.set_score((0, 1, 2)) == (1, 11)
+    assert topology.set_score((1, 2, 3)) == (1, 20)
+    assert best_set(topology, [0, 1, 2, 3], 3) == (0, 1, 3)
+    assert best_set(topology, [3, 2, 1, 0], 3) == (3, 2, 1)  # the caller's order breaks the tie
+
+
+def _two_switch_groups() -> Topology:
+    """16 GPUs, even indices on one NVSwitch group (NV12), odd on another; SYS between them."""
+    return Topology.build(
+        range(16), [g % 2 for g in range(16)], lambda a, b: parse_link("NV12" if a % 2 == b % 2 else "SYS")
+    )
+
+
+def test_large_choices_are_grown_greedily_to_the_best_set() -> None:
+    assert math.comb(16, 8) > EXHAUSTIVE_LIMIT and math.comb(15, 7) > EXHAUSTIVE_LIMIT  # no exhaustive search
+    topology = _two_switch_groups()
+    assert best_set(topology, list(range(16)), 8) == tuple(range(0, 16, 2))
+    assert best_set(topology, list(range(16)), 7, kept=[1]) == tuple(range(3, 16, 2))  # the kept card's group
+    assert best_set(topology, [*range(1, 16, 2), 0], 4) == (1, 3, 5, 7)  # preference order breaks the tie
