@@ -218,11 +218,17 @@ def _excluded(card: GpuState, rules: Sequence[Mapping[str, str]], mine: frozense
     return any(_matched_rules(u.labels, rules) & mine for u in card.pods.values())
 
 
-def _describe(request: ContainerRequest) -> str:
+def _amount(memory: int, factor: int) -> str:
+    """A memory amount for a message: the registration and the requests count memory units of
+    `factor` MiB on a node with a memory factor (`--gpu-memory-factor`)."""
+    return f"{memory} MiB" if factor == 1 else f"{memory} units of {factor} MiB"
+
+
+def _describe(request: ContainerRequest, factor: int) -> str:
     if request.memory_percentage is not None:
         memory = f"{request.memory_percentage}% memory"
     else:
-        memory = f"{request.memory} MiB"
+        memory = _amount(request.memory, factor)
     return f"{request.nums} GPU(s) of {memory} and {request.cores} cores"
 
 
@@ -230,11 +236,12 @@ def _failure(
     pod: objects.Obj,
     request: ContainerRequest,
     headline: str,
-    cards: Sequence[GpuState],
+    walk: _Walk,
     rejected: Sequence[tuple[int, str]],
 ) -> FitResult:
+    cards = walk.cards
     details = "; ".join(f"GPU {cards[p].index} ({cards[p].uuid}): {why}" for p, why in rejected)
-    where = f"pod {objects.display_name(pod)} container {request.name!r} ({_describe(request)})"
+    where = f"pod {objects.display_name(pod)} container {request.name!r} ({_describe(request, walk.factor)})"
     return FitResult(ok=False, reason=f"{where}: {headline}" + (f" [{details}]" if details else ""))
 
 
@@ -293,14 +300,14 @@ def fit_vgpu(
     score = 0.0
     for request in requests:
         if request.nums > len(cards):
-            return _failure(pod, request, f"needs {request.nums} GPUs; the node has {len(cards)}", cards, ())
+            return _failure(pod, request, f"needs {request.nums} GPUs; the node has {len(cards)}", walk, ())
         placement = _place(walk, request, chosen_policy, score, topology)
         if placement.remaining > 0:
             if walk.uuid_filter.active and not placement.selectable:
                 headline = "no GPU matches the pod's GPU UUID annotations"
             else:
                 headline = f"only {request.nums - placement.remaining} of {request.nums} GPU(s) fit"
-            return _failure(pod, request, headline, cards, placement.rejected)
+            return _failure(pod, request, headline, walk, placement.rejected)
         placed.append(tuple(placement.chosen))
         score = placement.score
     return FitResult(ok=True, devices=tuple(placed), score=score)
@@ -500,7 +507,7 @@ def _short_of_memory_rule(walk: _Walk, pos: int, request: ContainerRequest) -> s
     card, used = walk.cards[pos], walk.used_mem[pos]
     need = _memory_need(card, request, walk.volcano)
     if _short_of_memory(card, used, need, walk.volcano):
-        return f"{max(0, card.memory - used)} of {card.memory} MiB free, needs {need}"
+        return f"{max(0, card.memory - used)} of {_amount(card.memory, walk.factor)} free, needs {need}"
     return None
 
 
@@ -575,7 +582,7 @@ def _claim(walk: _Walk, pos: int, request: ContainerRequest) -> _Claim | str:
         return f"MIG card with no configured geometry for type {card.type!r}"
     slot = _mig_slot(card, pos, walk.counter(need * walk.factor), walk.volcano, walk.tentative_mig)
     if slot is None:
-        return f"no free MIG slot of {need} MiB or more"
+        return f"no free MIG slot of {_amount(need, walk.factor)} or more"
     encode = encode_mig_id_volcano if walk.volcano else encode_mig_id
     if not walk.volcano:
         walk.tentative_mig[pos].book(slot, card)

@@ -161,6 +161,17 @@ def test_memory(compat: Compat, used: int, asked: int, fits: bool) -> None:
         assert f"of 16000 MiB free, needs {asked}" in result.reason
 
 
+@pytest.mark.parametrize("compat", BOTH)
+def test_refusals_count_memory_in_the_nodes_units(compat: Compat) -> None:
+    """With a memory factor the registration and the request count units of that many MiB: the
+    reason says so rather than calling the units MiB."""
+    cards = gpus(4000)  # a 16000 MiB card registered at factor 4
+    result = fit(cards, {NUM: "1", MEM: "5000"}, compat=compat, config=VgpuConfig(memory_factor=4))
+    assert not result.ok
+    assert "(1 GPU(s) of 5000 units of 4 MiB and 0 cores)" in result.reason
+    assert "4000 of 4000 units of 4 MiB free, needs 5000" in result.reason
+
+
 def test_over_subscribed_card_refuses_even_a_zero_memory_request_in_volcano() -> None:
     cards = gpus(16000)
     book(cards, "GPU-0", 16500, compat="volcano")
