@@ -71,6 +71,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "number": {"strategy": "number"},
     "whole": {"strategy": "whole"},
     "vgpu": {"strategy": "vgpu", "vgpu": {"upstreamConfigMaps": True, "splitCount": 4}},
+    "mps": {"strategy": "vgpu", "vgpu": {"mode": "mps", "mps": {"shmSize": "16g"}}},
+    "mps-sidecar": {"strategy": "vgpu", "vgpu": {"mode": "mps", "mps": {"sidecar": True}}},
     "spread": {"policy": "spread", "weight": 5, "memoryFactor": "auto"},
     "custom-scheduling": CUSTOM_SCHEDULING,
     "service-monitor": {"metrics": {"port": 9560, "serviceMonitor": {"enabled": True, "labels": {"r": "p"}}}},
@@ -259,7 +261,7 @@ def test_policy_weight_and_memory_factor_reach_their_configs(tmp_path: Path) -> 
     assert daemon_config(auto, auto_daemonset, tmp_path, node=NODE).gpu_memory_factor == "auto"
 
 
-@pytest.mark.parametrize("mode", ["hami-core", "mig"])
+@pytest.mark.parametrize("mode", ["hami-core", "mig", "mps"])
 def test_vgpu_values_start_a_vgpu_daemon_on_the_upstream_config_maps(tmp_path: Path, mode: str) -> None:
     values = {"strategy": "vgpu", "vgpu": {"upstreamConfigMaps": True, "splitCount": 4, "mode": mode}}
     docs = template(values, tmp_path)
@@ -377,7 +379,8 @@ def test_the_release_namespace_reaches_every_reference(tmp_path: Path) -> None:
     [
         ({"strategy": "mig"}, "/strategy"),
         ({"policy": "random"}, "/policy"),
-        ({"vgpu": {"mode": "mps"}}, "/vgpu/mode"),
+        ({"vgpu": {"mode": "mps-ish"}}, "/vgpu/mode"),
+        ({"vgpu": {"mode": "mps"}}, "mig or mps needs strategy: vgpu, not share"),
         ({"memoryFactor": 0}, "/memoryFactor"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"memoryFactor": "auto", "vgpu": {"upstreamConfigMaps": True}}, "memoryFactor: auto"),

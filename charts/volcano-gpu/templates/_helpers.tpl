@@ -26,3 +26,17 @@ app.kubernetes.io/part-of: volcano-gpu
     matchLabels:
       {{- toYaml .Values.networkPolicy.prometheus.podLabels | nindent 6 }}
 {{- end }}
+
+{{/* "true" when some node's daemon runs MPS (vgpu.mode, or a node's entry in the HAMi node config
+the chart writes): the DaemonSet then carries what MPS needs (docs/mps.md). MIG and MPS are vGPU
+modes: set with another strategy they would silently do nothing, so they are refused. */}}
+{{- define "volcano-gpu.mps" -}}
+{{- $modes := list .Values.vgpu.mode }}
+{{- if .Values.vgpu.upstreamConfigMaps }}
+{{- range .Values.vgpu.nodes }}{{ $modes = append $modes (.mode | default "") }}{{ end }}
+{{- end }}
+{{- if and (ne .Values.strategy "vgpu") (or (has "mig" $modes) (has "mps" $modes)) }}
+{{- fail (printf "vgpu.mode (or a vgpu.nodes mode) mig or mps needs strategy: vgpu, not %s" .Values.strategy) }}
+{{- end }}
+{{- if has "mps" $modes }}true{{ end }}
+{{- end }}
