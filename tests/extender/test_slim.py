@@ -224,7 +224,8 @@ def test_nodes_publishing_one_topology_share_its_text() -> None:
     def served(name: str) -> Obj:
         node = vgpu_node(name)
         node["metadata"].setdefault("annotations", {})[TOPOLOGY_KEY] = text
-        return json.loads(json.dumps(node))  # as the API client reads it: a string of its own each
+        read: Obj = json.loads(json.dumps(node))  # as the API client reads it: a string of its own each
+        return read
 
     a, b = (extender_node(served(name)) for name in ("a", "b"))
     assert a["metadata"]["annotations"][TOPOLOGY_KEY] == text
