@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from deviceplugin.config import load_config
+from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.upstream.hami import DEVICE_CONFIG_KEY, DEVICE_CONFIG_MAP, NODE_CONFIG_KEY, NODE_CONFIG_MAP
 from tests.deploy.manifests import (
     DAEMONSET,
@@ -57,3 +58,14 @@ def test_uncommented_the_shipped_config_maps_start_a_vgpu_node(tmp_path: Path) -
         False,
     )
     assert any("nodeconfig[0] applies to node gpu-node-1" in note for note in config.notes)
+
+
+def test_the_shipped_mig_geometries_are_the_daemons_built_in_ones(tmp_path: Path) -> None:
+    """The ConfigMap's knownMigGeometries replace the daemon's built-in groups (and Volcano's
+    scheduler reads the same): listing fewer models would fail every MIG node of the others."""
+    docs = documents(VGPU_CONFIG)
+    (device_map,) = [doc for doc in docs if doc["metadata"]["name"] == DEVICE_CONFIG_MAP]
+    path = tmp_path / DEVICE_CONFIG_KEY
+    path.write_text(device_map["data"][DEVICE_CONFIG_KEY])
+    config = load_config(flags(node_name="gpu-node-1", gpu_strategy="vgpu", vgpu_device_config=str(path)), {})
+    assert config.vgpu_mig_geometries == builtin_geometries()
