@@ -7,20 +7,25 @@ import signal
 import threading
 from collections.abc import Mapping
 from types import FrameType
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from deviceplugin import logs, memory
 from deviceplugin.config import DaemonConfig, load_config
-from deviceplugin.httpserver import HttpCollector, HttpStats
-from deviceplugin.metrics import PLUGIN, MetricsServer, registry_for
 from deviceplugin.options import OptionError
 from deviceplugin.plugin.daemon import EXIT_FAILED, Daemon, StartupError, configure_logging
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from deviceplugin.httpserver import HttpStats
+    from deviceplugin.metrics import MetricsServer
 
 log = logs.get_log(__name__)
 
 
 def _serve_metrics(daemon: Daemon, registry: CollectorRegistry, stats: HttpStats) -> MetricsServer:
+    from deviceplugin.metrics import MetricsServer  # noqa: PLC0415  # after registering: see run()
+
     address = daemon.config.metrics_address
     try:
         server = MetricsServer(daemon, address, registry, stats)
@@ -55,6 +60,12 @@ def run(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None) -
     except StartupError as err:
         log.error("cannot start", error=str(err))
         return err.exit_code
+    # Imported once Daemon has started registering with kubelet: the metrics listener's modules
+    # (prometheus_client, the HTTP server: ~15 ms) are not what kubelet should wait for
+    # (bench/startup.py).
+    from deviceplugin.httpserver import HttpCollector, HttpStats  # noqa: PLC0415
+    from deviceplugin.metrics import PLUGIN, registry_for  # noqa: PLC0415
+
     registry = registry_for(daemon)
     http = HttpStats()  # one count across the listeners a reload may move to
     registry.register(HttpCollector(PLUGIN, http))

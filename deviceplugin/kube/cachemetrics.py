@@ -5,21 +5,12 @@ holds. A failure of a cache's loop is a crash of its worker, counted with the ot
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from deviceplugin.kube.podcache import ListWatchCache
-
-
-def rejected_by_kind(caches: Iterable[ListWatchCache]) -> dict[str, int]:
-    """Objects the caches could not read, by the kind of object each cache holds."""
-    rejected: Counter[str] = Counter()
-    for cache in caches:
-        rejected[cache.rejections.kind] += cache.rejections.count
-    return dict(rejected)
+from deviceplugin.kube.podcache import ListWatchCache, rejected_by_kind
 
 
 def cache_metrics(prefix: str, rejected: Mapping[str, int]) -> Iterator[Metric]:

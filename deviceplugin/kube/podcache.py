@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Self
 
 from deviceplugin.backoff import Backoff, Retries
@@ -283,6 +284,14 @@ class ListWatchCache:
             finally:
                 with self._cond:
                     self._stream = None
+
+
+def rejected_by_kind(caches: Iterable[ListWatchCache]) -> dict[str, int]:
+    """Objects the caches could not read, by the kind of object each cache holds."""
+    rejected: Counter[str] = Counter()
+    for cache in caches:
+        rejected[cache.rejections.kind] += cache.rejections.count
+    return dict(rejected)
 
 
 class PodCache(ListWatchCache):

@@ -21,11 +21,10 @@ from deviceplugin.gpu.load import load_backend
 from deviceplugin.gpu.mig import builtin_geometries
 from deviceplugin.gpu.mps import MpsControl, MpsDaemons, MpsRoot
 from deviceplugin.kube.api import ConfigError, Kube, load_client
-from deviceplugin.kube.cachemetrics import rejected_by_kind
 from deviceplugin.kube.events import EventRecorder, Involved
 from deviceplugin.kube.handshake import Handshake
 from deviceplugin.kube.node import NodePublisher, NodeWatch
-from deviceplugin.kube.podcache import PodCache
+from deviceplugin.kube.podcache import PodCache, rejected_by_kind
 from deviceplugin.ledger import Ledger, LedgerError, StorageListener
 from deviceplugin.ledgerfiles import StorageError
 from deviceplugin.plugin.allocate import AllocationStats, Allocator, PodAllocator
@@ -42,19 +41,13 @@ from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Rebuild, Releaser
 from deviceplugin.plugin.server import PluginServer
 from deviceplugin.plugin.service import DevicePluginService
-from deviceplugin.plugin.snapshot import (
-    AllocateCounts,
-    ApiSide,
-    DaemonSnapshot,
-    GpuSnapshot,
-    LedgerCounts,
-    PodOnGpu,
-)
 from deviceplugin.plugin.vgpumig import MigCards
 from deviceplugin.supervisor import Supervisor
 
 if TYPE_CHECKING:
     import kubernetes
+
+    from deviceplugin.plugin.snapshot import DaemonSnapshot
 
 log = logs.get_log(__name__)
 
@@ -580,6 +573,16 @@ class Daemon:
 
     def snapshot(self) -> DaemonSnapshot:
         """What the daemon reports about itself now (`/metrics` reads only this)."""
+        # Imported at the first scrape, after the daemon registered with kubelet (bench/startup.py).
+        from deviceplugin.plugin.snapshot import (  # noqa: PLC0415
+            AllocateCounts,
+            ApiSide,
+            DaemonSnapshot,
+            GpuSnapshot,
+            LedgerCounts,
+            PodOnGpu,
+        )
+
         services, gpu, stats, layout = self.services, self.gpu, self.stats, self.layout
         ledger = services.ledger
         _, health = gpu.health.snapshot()
