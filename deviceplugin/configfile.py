@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 def read_mapping(path: Path) -> dict[str, Any]:
     """The file's mapping (empty for an empty file). ValueError says what is wrong, without the
     path: the caller names the file and the option it came from."""
+    # Imported when a file is read: a daemon started with flags alone registers with kubelet
+    # without paying for the YAML parser (bench/startup.py).
+    import yaml  # noqa: PLC0415
+
     try:
         loaded = yaml.safe_load(path.read_text())
     except OSError as err:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
-import yaml
 
 if TYPE_CHECKING:
     import kubernetes
@@ -104,9 +103,7 @@ _MALFORMED = (TypeError, AttributeError, KeyError, IndexError)
 
 
 def _malformed(err: Exception) -> str:
-    """One line saying what is wrong with a kubeconfig the loader could not read."""
-    if isinstance(err, yaml.YAMLError):
-        return "not valid YAML: " + " ".join(str(err).split())
+    """One line saying what is wrong with a kubeconfig of another shape."""
     return (
         "not a kubeconfig (expected a YAML mapping with lists of clusters, contexts and users): "
         f"{type(err).__name__}: {err}"
@@ -116,8 +113,10 @@ def _malformed(err: Exception) -> str:
 def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
     """From a kubeconfig file, else the pod's service account (in-cluster)."""
     # Imported here, not with this module: the package costs a quarter of a second to import, and
-    # the node daemon registers with kubelet before it loads its client (bench/startup.py).
+    # the node daemon registers with kubelet before it loads its client (bench/startup.py); yaml
+    # likewise, for the kubeconfig loader's errors.
     import kubernetes  # noqa: PLC0415
+    import yaml  # noqa: PLC0415
 
     client: kubernetes.client.ApiClient
     try:
@@ -129,7 +128,10 @@ def load_client(kubeconfig: Path | None) -> kubernetes.client.ApiClient:
             client = kubernetes.client.ApiClient(configuration)
     except (kubernetes.config.ConfigException, OSError, ValueError) as err:
         raise ConfigError(f"cannot use the {_source(kubeconfig)}: {err}") from None
-    except (*_MALFORMED, yaml.YAMLError) as err:
+    except yaml.YAMLError as err:
+        invalid = " ".join(str(err).split())
+        raise ConfigError(f"cannot use the {_source(kubeconfig)}: not valid YAML: {invalid}") from None
+    except _MALFORMED as err:
         raise ConfigError(f"cannot use the {_source(kubeconfig)}: {_malformed(err)}") from None
     # Our own retry loops decide when to try again; urllib3's would stretch every outage.
     client.configuration.retries = False
