@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -11,10 +10,11 @@ LARGE_BUFFER_BYTES = 1 << 20
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc (the calls below are glibc's), else None."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    return libc if libc is not None and hasattr(libc, "gnu_get_libc_version") else None
+    """The C library when it is glibc (the calls below are glibc's), else None. Looked up among the
+    symbols the process already has (the interpreter links it): `ctypes.util.find_library` would
+    run `ldconfig -p` at every start."""
+    libc = ctypes.CDLL(None)
+    return libc if hasattr(libc, "gnu_get_libc_version") else None
 
 
 def return_large_buffers_to_the_os() -> bool:
