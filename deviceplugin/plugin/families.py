@@ -1,24 +1,25 @@
 """The node-side device families by strategy: the one place the daemon's strategy picks code
-(docs/families.md)."""
+(docs/families.md).
+
+A family imports its allocator's module when it builds the allocator: a node runs one strategy,
+and the daemon registers with kubelet without loading the others' code (bench/startup.py).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from deviceplugin.fit import keys
-from deviceplugin.fit.families import family_of
-from deviceplugin.fit.keys import Strategy
+from deviceplugin.fit.errors import ConfigError
+from deviceplugin.fit.keys import STRATEGIES, Strategy
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.mps import MpsDaemons
 from deviceplugin.kube.node import NodeState
 from deviceplugin.plugin.allocate import AccountingAllocator, Allocator
 from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout, Resource
 from deviceplugin.plugin.family import AllocatorParts, NodeFamily
-from deviceplugin.plugin.gpushare import GpushareAllocator
 from deviceplugin.plugin.nodestate import node_state, unhealthy_ids, vgpu_register
-from deviceplugin.plugin.vgpu import VgpuAllocator
 from deviceplugin.plugin.vgpumig import MigCards
-from deviceplugin.plugin.whole import WholeAllocator
 
 
 class NumberNode:
@@ -42,6 +43,8 @@ class NumberNode:
         )
 
     def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        from deviceplugin.plugin.gpushare import GpushareAllocator  # noqa: PLC0415  # see the docstring
+
         api = parts.api
         if api is None:
             return None
@@ -68,6 +71,8 @@ class WholeNode(NumberNode):
     strategy: Strategy = "whole"
 
     def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        from deviceplugin.plugin.whole import WholeAllocator  # noqa: PLC0415  # see the docstring
+
         api = parts.api
         if api is None:
             return None
@@ -101,6 +106,8 @@ class VgpuNode:
         return node_state(self.strategy, self.resources, layout, notes)
 
     def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+        from deviceplugin.plugin.vgpu import VgpuAllocator  # noqa: PLC0415  # see the docstring
+
         if devices.resource.name == keys.VGPU_CORES:  # the vgpu-number Allocate does the work
             return AccountingAllocator(devices, parts.stats)
         api = parts.api
@@ -135,15 +142,18 @@ class VgpuNode:
         return parts.mps
 
 
-NODE_FAMILIES: Mapping[Strategy, NodeFamily] = {
+NODE_FAMILIES: Mapping[str, NodeFamily] = {
     family.strategy: family for family in (ShareNode(), NumberNode(), VgpuNode(), WholeNode())
 }
 
 
 def node_family_of(strategy: str, vgpu_mode: str = keys.MODE_HAMI_CORE) -> NodeFamily:
     """The family of `strategy` (a vGPU node in `vgpu_mode`); ConfigError naming the strategies
-    for any other string."""
-    family = NODE_FAMILIES[family_of(strategy).strategy]
+    for any other string (as the scheduler side's `fit.families.family_of` does, whose fit rules
+    the node does not load)."""
+    family = NODE_FAMILIES.get(strategy)
+    if family is None:
+        raise ConfigError(f"GPU strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if family.strategy == "vgpu" and vgpu_mode != keys.MODE_HAMI_CORE:
         return VgpuNode(vgpu_mode)
     return family
