@@ -11,6 +11,11 @@ objects as the API serves them (camelCase JSON, what `deviceplugin.fit` reads); 
 nothing: no caller reads the object the server answers with, and parsing it (a node's JSON runs to
 tens of KB) would be CPU for nothing. Errors surface as `ApiError` with a classification the retry
 logic uses. The API calls this project makes are all here, which keeps the RBAC rules checkable.
+
+urllib3 (and `wire`, which works on its connections) is imported where a request is made, never
+with this module: the node daemon builds its `Kube` unconnected and registers with kubelet before
+it loads the client (bench/startup.py), and the client imports urllib3 anyway; once it is loaded,
+those imports are a lookup.
 """
 
 from __future__ import annotations
@@ -23,16 +28,15 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import urllib3
-
 if TYPE_CHECKING:
     import kubernetes
+    import urllib3
 
 from deviceplugin.backoff import Backoff, Retries
-from deviceplugin.kube import wire
 from deviceplugin.logs import get_log
 
 log = get_log(__name__)
@@ -96,7 +100,13 @@ def _from_exception(err: Exception) -> ApiError:
     return ApiError(0, type(err).__name__, str(err))
 
 
-_CLIENT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+def _unanswered(err: Exception) -> bool:
+    """Whether `err` is how a request fails that got no answer: urllib3's errors and the socket's."""
+    import urllib3  # noqa: PLC0415  # see the module's docstring
+
+    return isinstance(err, urllib3.exceptions.HTTPError | OSError)
+
+
 # The client's kubeconfig loader indexes whatever the YAML holds: a file of another shape (a list, a
 # string, `clusters: 5`) fails inside it with these rather than with its ConfigException.
 _MALFORMED = (TypeError, AttributeError, KeyError, IndexError)
@@ -149,9 +159,15 @@ class Kube:
 
     def __init__(self, client: kubernetes.client.ApiClient | None) -> None:
         self.client = client
-        self.timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         self.errors: Counter[tuple[str, int]] = Counter()  # failed calls by (call, HTTP status or 0)
         self._route: _Route | None = None  # where `client`'s requests go
+
+    @cached_property
+    def timeout(self) -> urllib3.Timeout:
+        """Connect and read timeouts of every request but a watch (settable)."""
+        import urllib3  # noqa: PLC0415  # see the module's docstring
+
+        return urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
 
     def _connected(self, call: str, expected: frozenset[int]) -> kubernetes.client.ApiClient:
         if self.client is None:
@@ -203,9 +219,13 @@ class Kube:
                 )
                 status, reason, data = response.status, response.reason or "", response.data
             else:
+                from deviceplugin.kube import wire  # noqa: PLC0415  # see the module's docstring
+
                 request = route.request(method, target, headers, payload)
                 status, reason, data = wire.exchange(route.pool, method, request, self.timeout)
-        except _CLIENT_ERRORS as err:
+        except Exception as err:
+            if not _unanswered(err):
+                raise
             raise self._counted(call, _from_exception(err), expected) from None
         if not 200 <= status <= 299:
             answer = data.decode("utf-8", "replace")
@@ -232,7 +252,9 @@ class Kube:
                 raise self._counted(
                     call, _from_answer(response.status, response.reason or "", answer), frozenset()
                 )
-        except _CLIENT_ERRORS as err:
+        except Exception as err:
+            if not _unanswered(err):
+                raise
             raise self._counted(call, _from_exception(err), frozenset()) from None
         return response
 
@@ -292,6 +314,8 @@ class Kube:
         self, call: str, path: str, field_selector: str, resource_version: str, timeout_s: int
     ) -> WatchStream:
         """A watch; `call` names it in the API error counts (`watch_pods`, `watch_nodes`)."""
+        import urllib3  # noqa: PLC0415  # see the module's docstring
+
         query = [
             ("allowWatchBookmarks", "true"),
             ("fieldSelector", field_selector or None),  # "" would send an empty fieldSelector=
@@ -358,6 +382,8 @@ class _Route:
     (None through a proxy, where urllib3 sends every request itself)."""
 
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        import urllib3  # noqa: PLC0415  # see the module's docstring
+
         self.client = client
         url = urllib.parse.urlsplit(client.configuration.host)
         self.origin = f"{url.scheme}://{url.netloc}"
@@ -428,7 +454,7 @@ class WatchStream:
                 # raises then depends on where the read was (a reset socket, or the file object
                 # http.client drops mid-chunk: AttributeError); either way the stream ended as asked.
                 return
-            if isinstance(err, _CLIENT_ERRORS):
+            if _unanswered(err):
                 raise _from_exception(err) from None
             raise
 
