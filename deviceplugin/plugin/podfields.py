@@ -32,10 +32,9 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from deviceplugin.kube.owned import owned
+from deviceplugin.plugin.vgpu import DISABLE_CONTROL
 
 Obj = Mapping[str, Any]
-
-DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"  # a vGPU container that sets it gets no HAMi-core
 
 KEPT_ANNOTATION_DOMAIN = "volcano.sh"
 _METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")

@@ -60,9 +60,9 @@ from deviceplugin.plugin.pending import (
     pod_identity,
     serving_rank,
 )
-from deviceplugin.plugin.podfields import DISABLE_CONTROL
 from deviceplugin.plugin.vgpumig import MigCards, MigRefusal
 
+DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
 OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"  # HAMi-core backs memory beyond the card with host memory
 CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"  # "disable": HAMi-core does not throttle to SM_LIMIT
 
