@@ -1,8 +1,9 @@
 """The node-side device families by strategy: the one place the daemon's strategy picks code
 (docs/families.md).
 
-A family imports its allocator's module when it builds the allocator: a node runs one strategy,
-and the daemon registers with kubelet without loading the others' code (bench/startup.py).
+A node runs one strategy: a family imports its allocator's module when it builds the allocator,
+and a strategy is checked against this registry, not the scheduler side's (`fit.families`, which
+loads every family's fit rules), so the daemon registers with kubelet sooner (bench/startup.py).
 """
 
 from __future__ import annotations
