@@ -72,6 +72,32 @@ def test_the_daemon_never_imports_the_emulators() -> None:
     assert under(loaded, EMULATORS + OTHER_COMMANDS) == []
 
 
+# What the daemon's start does not need before it registers with kubelet (bench/startup.py,
+# issue 15 item 5): the metrics listener, the API client's HTTP stack, the YAML parser (a start
+# with flags alone), the NVML bindings (fake GPUs here) and the scheduler-side fit families.
+BEFORE_REGISTER: tuple[str, ...] = (
+    "prometheus_client",
+    "deviceplugin.metrics",
+    "urllib3",
+    "yaml",
+    "kubernetes",
+)
+BEFORE_REGISTER += ("pynvml", "deviceplugin.gpu.nvml", "deviceplugin.fit.families")
+
+
+def test_the_daemon_loads_what_registering_needs_and_no_more() -> None:
+    """The daemon's code up to its entry point, and the fake GPU backend it loads before Register."""
+    loaded = loaded_after(
+        "cli.build_parser().parse_args(['run', '--node-name', 'n']); import deviceplugin.runner\n"
+        "    from deviceplugin.gpu.load import load_backend\n"
+        "    load_backend('2x16384', None)\n"
+        "    from deviceplugin.plugin.families import node_family_of\n"
+        "    node_family_of('share')"
+    )
+    assert {"deviceplugin.runner", "deviceplugin.gpu.fake"} <= loaded  # the probe reached them
+    assert under(loaded, BEFORE_REGISTER) == []
+
+
 def test_a_chosen_command_gets_its_options() -> None:
     """The other side of loading lazily: a command's options are there once it is chosen."""
     loaded = loaded_after(
