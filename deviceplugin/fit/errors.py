@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from deviceplugin.fit.keys import STRATEGIES
+
 
 class FitInputError(ValueError):
     """Base class: an input (annotation, quantity, pod request, config) could not be understood."""
@@ -33,6 +35,12 @@ class GpuIndexError(AnnotationError):
 
 class ConfigError(FitInputError):
     """A fit configuration (policy, compat flag, MIG geometries) is invalid."""
+
+
+def unknown_strategy(value: str) -> ConfigError:
+    """The error for a string that names no GPU strategy: the scheduler's and the node's family
+    registries say the same."""
+    return ConfigError(f"GPU strategy must be one of {', '.join(STRATEGIES)}, not {value!r}")
 
 
 class PodFormatError(FitInputError):

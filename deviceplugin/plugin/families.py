@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deviceplugin.fit import keys
-from deviceplugin.fit.errors import ConfigError
-from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.errors import unknown_strategy
+from deviceplugin.fit.keys import Strategy
 from deviceplugin.gpu.base import GpuInfo
 from deviceplugin.gpu.mps import MpsDaemons
 from deviceplugin.kube.node import NodeState
@@ -154,7 +154,7 @@ def node_family_of(strategy: str, vgpu_mode: str = keys.MODE_HAMI_CORE) -> NodeF
     the node does not load)."""
     family = NODE_FAMILIES.get(strategy)
     if family is None:
-        raise ConfigError(f"GPU strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+        raise unknown_strategy(strategy)
     if family.strategy == "vgpu" and vgpu_mode != keys.MODE_HAMI_CORE:
         return VgpuNode(vgpu_mode)
     return family

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from deviceplugin.fit.errors import ConfigError
+from deviceplugin.fit.errors import unknown_strategy
 from deviceplugin.fit.families.ascend import AscendFamily, ascend_families
 from deviceplugin.fit.families.gpushare import NumberFamily, ShareFamily
 from deviceplugin.fit.families.vgpu import VgpuFamily
 from deviceplugin.fit.families.whole import WholeFamily
 from deviceplugin.fit.family import DeviceFamily, Family
-from deviceplugin.fit.keys import STRATEGIES, Strategy
+from deviceplugin.fit.keys import Strategy
 
 FAMILIES: Mapping[Strategy, Family] = {
     family.strategy: family for family in (ShareFamily(), NumberFamily(), VgpuFamily(), WholeFamily())
@@ -25,7 +25,7 @@ def family_of(strategy: str) -> Family:
     """The family of `strategy`; ConfigError naming the strategies for any other string."""
     family = _BY_NAME.get(strategy)
     if family is None:
-        raise ConfigError(f"GPU strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+        raise unknown_strategy(strategy)
     return family
 
 
