@@ -82,7 +82,12 @@ BEFORE_REGISTER: tuple[str, ...] = (
     "yaml",
     "kubernetes",
 )
-BEFORE_REGISTER += ("pynvml", "deviceplugin.gpu.nvml", "deviceplugin.fit.families")
+BEFORE_REGISTER += (
+    "pynvml",
+    "deviceplugin.gpu.nvml",
+    "deviceplugin.fit.families",
+    "deviceplugin.plugin.vgpu",
+)
 
 
 def test_the_daemon_loads_what_registering_needs_and_no_more() -> None:

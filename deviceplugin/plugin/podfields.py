@@ -32,7 +32,6 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from deviceplugin.kube.owned import owned
-from deviceplugin.plugin.vgpu import DISABLE_CONTROL
 
 Obj = Mapping[str, Any]
 
@@ -62,8 +61,13 @@ def _metadata(meta: Any) -> Any:
     return kept
 
 
-def _disables_control(env: Any) -> bool:
-    # What the vGPU reader asks of env (a list holding an entry of that name), nothing more.
+# A vGPU container with this env entry gets no HAMi-core mounts (plugin.vgpu).
+DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
+
+
+def disables_control(env: Any) -> bool:
+    """Whether a container's env (a list holding an entry of that name) sets DISABLE_CONTROL: all
+    the vGPU reader asks of env, so all the pod cache keeps of it."""
     return isinstance(env, list) and any(
         isinstance(item, Mapping) and item.get("name") == DISABLE_CONTROL for item in env
     )
@@ -79,7 +83,7 @@ def _container(container: Mapping[str, Any]) -> dict[str, Any]:
             kept["resources"] = {"limits": owned(resources["limits"])}
     elif resources is not None:
         kept["resources"] = owned(resources)
-    if _disables_control(container.get("env")):
+    if disables_control(container.get("env")):
         kept["env"] = [{"name": DISABLE_CONTROL}]
     return kept
 

@@ -60,9 +60,9 @@ from deviceplugin.plugin.pending import (
     pod_identity,
     serving_rank,
 )
+from deviceplugin.plugin.podfields import disables_control
 from deviceplugin.plugin.vgpumig import MigCards, MigRefusal
 
-DISABLE_CONTROL = "CUDA_DISABLE_CONTROL"
 OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"  # HAMi-core backs memory beyond the card with host memory
 CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"  # "disable": HAMi-core does not throttle to SM_LIMIT
 
@@ -86,13 +86,6 @@ class VgpuPod(PendingPod):
             if not self.settled or (self.uid, need.name, keys.VGPU_NUMBER) in served:
                 return need
         return None
-
-
-def _sets_disable_control(container: Obj) -> bool:
-    env = container.get("env") or []
-    return isinstance(env, list) and any(
-        isinstance(item, Mapping) and item.get("name") == DISABLE_CONTROL for item in env
-    )
 
 
 # --- parse: annotations and containers to typed values, with why a present value is unreadable ---
@@ -163,7 +156,7 @@ def _read_containers(pod: Obj, resource: str, serves: Mapping[str, str]) -> _Con
     uncontrolled = frozenset(
         objects.container_name(container)
         for container in (*objects.init_containers(pod), *objects.containers(pod))
-        if _sets_disable_control(container)
+        if disables_control(container.get("env"))
     )
     needs: list[ContainerNeed] = []
     accounting: set[str] = set()

@@ -21,9 +21,9 @@ from deviceplugin.kube.rejections import display
 from deviceplugin.plugin.daemon import Daemon
 from deviceplugin.plugin.gpushare import read_gpushare_pod
 from deviceplugin.plugin.pending import asks_for, finished, pod_identity
-from deviceplugin.plugin.podfields import daemon_pod
+from deviceplugin.plugin.podfields import DISABLE_CONTROL, daemon_pod
 from deviceplugin.plugin.podresources import listable
-from deviceplugin.plugin.vgpu import DISABLE_CONTROL, read_vgpu_pod
+from deviceplugin.plugin.vgpu import read_vgpu_pod
 from kubesim.apiserver import ApiServerEmulator
 from kubesim.kubelet import KubeletEmulator
 from tests.daemons import TIMEOUT_S
