@@ -292,10 +292,11 @@ def fit_vgpu(
     if not requests:
         return FitResult(ok=True)
     cards = sorted(gpus, key=lambda g: g.index)
-    refusal = _mode_refusal(pod, cards, volcano)
+    notes = objects.annotations_of(pod)  # read once: it checks every value
+    refusal = _mode_refusal(pod, notes, cards, volcano)
     if refusal is not None:
         return FitResult(ok=False, reason=refusal)
-    walk = _Walk.of(cards, pod, volcano, config, exclusive_rules)
+    walk = _Walk.of(cards, pod, notes, volcano, config=config, exclusive_rules=exclusive_rules)
     placed: list[tuple[Assigned, ...]] = []
     score = 0.0
     for request in requests:
@@ -377,9 +378,11 @@ def _volcano_node_mode(cards: Sequence[GpuState]) -> str:
     return cards[-1].mode if cards else keys.MODE_HAMI_CORE  # the last card decides (B14)
 
 
-def _mode_refusal(pod: objects.Obj, cards: Sequence[GpuState], volcano: bool) -> str | None:
+def _mode_refusal(
+    pod: objects.Obj, notes: Mapping[str, str], cards: Sequence[GpuState], volcano: bool
+) -> str | None:
     """Why the pod's sharing-mode annotation rules the whole node out; None if it does not."""
-    wanted = objects.annotations_of(pod).get(keys.VGPU_MODE)
+    wanted = notes.get(keys.VGPU_MODE)
     if wanted is None:
         return None
     if volcano:
@@ -422,18 +425,31 @@ class _Walk:
         cls,
         cards: list[GpuState],
         pod: objects.Obj,
+        notes: Mapping[str, str],
         volcano: bool,
+        *,
         config: VgpuConfig,
         exclusive_rules: Sequence[Mapping[str, str]],
     ) -> _Walk:
-        notes = objects.annotations_of(pod)
         if volcano:
             mig = [_volcano_node_mode(cards) == keys.MODE_MIG] * len(cards)
         else:
             mig = [card.mode == keys.MODE_MIG for card in cards]
         spread_group = notes.get(keys.VGPU_PODGROUP_POLICY) == keys.PODGROUP_POLICY_SPREAD
         mine = _matched_rules(objects.labels_of(pod), exclusive_rules) if exclusive_rules else frozenset()
-        counter = goint.uint64 if volcano else int
+        blocked = [False] * len(cards)
+        if mine:
+            blocked = [
+                not on_mig and _excluded(card, exclusive_rules, mine)
+                for card, on_mig in zip(cards, mig, strict=True)
+            ]
+        used_num = [card.used_num for card in cards]
+        used_mem = [card.used_memory for card in cards]
+        used_core = [card.used_cores for card in cards]
+        if volcano:  # Go's uint counters
+            used_num, used_mem, used_core = (
+                [goint.uint64(v) for v in c] for c in (used_num, used_mem, used_core)
+            )
         return cls(
             cards=cards,
             volcano=volcano,
@@ -441,15 +457,12 @@ class _Walk:
             uuid_filter=UuidFilter.of(notes),
             type_filter=TypeFilter.of(notes, volcano),
             group=objects.podgroup_key(pod) if spread_group else "",
-            blocked=[
-                bool(mine) and not on_mig and _excluded(card, exclusive_rules, mine)
-                for card, on_mig in zip(cards, mig, strict=True)
-            ],
+            blocked=blocked,
             mig=mig,
             factor=config.memory_factor if config.memory_factor > 1 else 1,
-            used_num=[counter(card.used_num) for card in cards],
-            used_mem=[counter(card.used_memory) for card in cards],
-            used_core=[counter(card.used_cores) for card in cards],
+            used_num=used_num,
+            used_mem=used_mem,
+            used_core=used_core,
         )
 
     def counter(self, value: int) -> int:
@@ -563,6 +576,46 @@ def _first_refusal(
     return None
 
 
+def _fitting(walk: _Walk, request: ContainerRequest, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The cards of `order` that pass `_DEFAULT_SELECTION` and `_ROOM` in default mode on a node
+    without MIG cards, and the memory the container needs on each: the rules' exact conjunction
+    as one loop, since `_linked_order` asks it of every card of a multi-GPU fit, where the rules'
+    calls and messages cost more than the rest of the fit (tests/fit/test_topology_rules.py
+    breaks on any clause left out)."""
+    cards, blocked, used_num, used_mem, used_core = (
+        walk.cards,
+        walk.blocked,
+        walk.used_num,
+        walk.used_mem,
+        walk.used_core,
+    )
+    wanted, group, uuids, types = walk.wanted_mode, walk.group, walk.uuid_filter, walk.type_filter
+    uuid_check, type_check = uuids.active, types.active  # an inactive filter allows every card
+    cores, kind = request.cores, request.type
+    positions, needs = [], []
+    for pos in order:
+        card = cards[pos]
+        need = _memory_need(card, request, False)
+        capacity, num, core = card.cores, used_num[pos], used_core[pos]
+        if (
+            card.health
+            and (wanted is None or card.mode == wanted)
+            and (not uuid_check or uuids.allows(card.uuid))
+            and not blocked[pos]
+            and card.split_count > num
+            and not (group and _same_group(card, group))
+            and card.memory - used_mem[pos] >= need
+            and core + cores <= capacity
+            and not (cores == capacity and num > 0)
+            and not (core == capacity and cores == 0)
+            and kind in card.type
+            and (not type_check or types.allows(card.type))
+        ):
+            positions.append(pos)
+            needs.append(need)
+    return positions, needs
+
+
 class _Claim(NamedTuple):
     """What a card that takes the container books: the device ID written for it, the memory the
     request needs, and the memory counted as used (a MIG slot's whole size)."""
@@ -608,19 +661,24 @@ def _place(
     placement = _Placement(remaining=request.nums, score=score)
     selection = _VOLCANO_SELECTION if walk.volcano else _DEFAULT_SELECTION
     cards = walk.cards
-    order = _card_order(policy, cards, walk.used_num, walk.used_mem, walk.volcano)
+    order: Sequence[int] = _card_order(policy, cards, walk.used_num, walk.used_mem, walk.volcano)
+    fitting: frozenset[int] = frozenset()  # cards known to pass every rule
     if topology is not None and request.nums > 1 and not walk.volcano and not any(walk.mig):
-        order = _linked_order(walk, request, policy, order, topology)
+        order, fitting = _linked_order(walk, request, policy, order, topology)
     for pos in order:
         if pos < 0:
             raise NodeRegisterError(
                 f"{keys.NODE_VGPU_REGISTER} has no GPU {-1 - pos} of {len(cards)}: Volcano's "
                 "scheduler panics walking this node with no schedule policy (an empty entry)"
             )
-        refusal = _first_refusal(selection, walk, pos, request)
-        if refusal is None:
+        if pos in fitting:
             placement.selectable = True
-            refusal = _first_refusal(_ROOM, walk, pos, request)
+            refusal = None
+        else:
+            refusal = _first_refusal(selection, walk, pos, request)
+            if refusal is None:
+                placement.selectable = True
+                refusal = _first_refusal(_ROOM, walk, pos, request)
         claim = _claim(walk, pos, request) if refusal is None else refusal
         if isinstance(claim, str):
             placement.rejected.append((pos, claim))
@@ -648,31 +706,30 @@ def _linked_order(
     policy: Policy,
     order: Sequence[int],
     topology: Topology,
-) -> list[int]:
+) -> tuple[Sequence[int], frozenset[int]]:
     """`order` with the cards the container takes first: of the cards that can take it, those
-    `linked_choice` picks (default mode, no MIG card, so a card the rules pass always takes it).
-    The policy rates a card by its preference (the first item of its card key: binpack the used
-    memory, spread the tenants; none without a policy) and the score it would earn, so every
-    choice it leaves the topology scores as the policy's own, in the same order of summing."""
+    `linked_choice` picks (default mode, no MIG card, so a card the rules pass always takes it);
+    and the cards that can take it. The policy rates a card by its preference (the first item of
+    its card key: binpack the used memory, spread the tenants; none without a policy) and the
+    score it would earn, so every choice it leaves the topology scores as the policy's own, in
+    the same order of summing.
+    `_place` trusts the second answer through its walk: a card's rules read its own counters and
+    what the fit fixed before the walk (no MIG slots here), and the walk books each card at most
+    once, after asking, so booking one card never changes another's answer."""
     cards = walk.cards
-    fitting = [
-        pos
-        for pos in order
-        if _first_refusal(_DEFAULT_SELECTION, walk, pos, request) is None
-        and _first_refusal(_ROOM, walk, pos, request) is None
-    ]
+    fitting, needs = _fitting(walk, request, order)
+    known = frozenset(fitting)
     position = {cards[pos].index: pos for pos in fitting}
     if len(fitting) <= request.nums or len(position) < len(fitting):  # nothing to choose; a repeated index
-        return list(order)
-    key = policy.card_key
+        return order, known
+    key, card_score = policy.card_key, policy.card_score
     tiers = []
-    for pos in fitting:
+    for pos, need in zip(fitting, needs, strict=True):
         card, used_num, used_mem = cards[pos], walk.used_num[pos], walk.used_mem[pos]
         preference = None if key is None else key(card, used_num, used_mem)[0]
-        need = _memory_need(card, request, False)
-        tiers.append((preference, policy.card_score(used_num + 1, used_mem + need, card.memory, False)))
+        tiers.append((preference, card_score(used_num + 1, used_mem + need, card.memory, False)))
     first = [position[index] for index in linked_choice(topology, list(position), tiers, request.nums)]
-    return first + [pos for pos in order if pos not in first]
+    return first + [pos for pos in order if pos not in first], known
 
 
 def _memory_need(card: GpuState, request: ContainerRequest, volcano: bool) -> int:
