@@ -576,46 +576,6 @@ def _first_refusal(
     return None
 
 
-def _fitting(walk: _Walk, request: ContainerRequest, order: Sequence[int]) -> tuple[list[int], list[int]]:
-    """The cards of `order` that pass `_DEFAULT_SELECTION` and `_ROOM` in default mode on a node
-    without MIG cards, and the memory the container needs on each: the rules' exact conjunction
-    as one loop, since `_linked_order` asks it of every card of a multi-GPU fit, where the rules'
-    calls and messages cost more than the rest of the fit (tests/fit/test_topology_rules.py
-    breaks on any clause left out)."""
-    cards, blocked, used_num, used_mem, used_core = (
-        walk.cards,
-        walk.blocked,
-        walk.used_num,
-        walk.used_mem,
-        walk.used_core,
-    )
-    wanted, group, uuids, types = walk.wanted_mode, walk.group, walk.uuid_filter, walk.type_filter
-    uuid_check, type_check = uuids.active, types.active  # an inactive filter allows every card
-    cores, kind = request.cores, request.type
-    positions, needs = [], []
-    for pos in order:
-        card = cards[pos]
-        need = _memory_need(card, request, False)
-        capacity, num, core = card.cores, used_num[pos], used_core[pos]
-        if (
-            card.health
-            and (wanted is None or card.mode == wanted)
-            and (not uuid_check or uuids.allows(card.uuid))
-            and not blocked[pos]
-            and card.split_count > num
-            and not (group and _same_group(card, group))
-            and card.memory - used_mem[pos] >= need
-            and core + cores <= capacity
-            and not (cores == capacity and num > 0)
-            and not (core == capacity and cores == 0)
-            and kind in card.type
-            and (not type_check or types.allows(card.type))
-        ):
-            positions.append(pos)
-            needs.append(need)
-    return positions, needs
-
-
 class _Claim(NamedTuple):
     """What a card that takes the container books: the device ID written for it, the memory the
     request needs, and the memory counted as used (a MIG slot's whole size)."""
@@ -717,16 +677,22 @@ def _linked_order(
     what the fit fixed before the walk (no MIG slots here), and the walk books each card at most
     once, after asking, so booking one card never changes another's answer."""
     cards = walk.cards
-    fitting, needs = _fitting(walk, request, order)
+    fitting = [
+        pos
+        for pos in order
+        if _first_refusal(_DEFAULT_SELECTION, walk, pos, request) is None
+        and _first_refusal(_ROOM, walk, pos, request) is None
+    ]
     known = frozenset(fitting)
     position = {cards[pos].index: pos for pos in fitting}
     if len(fitting) <= request.nums or len(position) < len(fitting):  # nothing to choose; a repeated index
         return order, known
     key, card_score = policy.card_key, policy.card_score
     tiers = []
-    for pos, need in zip(fitting, needs, strict=True):
+    for pos in fitting:
         card, used_num, used_mem = cards[pos], walk.used_num[pos], walk.used_mem[pos]
         preference = None if key is None else key(card, used_num, used_mem)[0]
+        need = _memory_need(card, request, False)
         tiers.append((preference, card_score(used_num + 1, used_mem + need, card.memory, False)))
     first = [position[index] for index in linked_choice(topology, list(position), tiers, request.nums)]
     return first + [pos for pos in order if pos not in first], known
