@@ -801,26 +801,19 @@ class Ledger:
     def _outbox(self) -> _Queue:
         """The outbox as committed, less the entries `_sent` holds; read again from the file when
         another connection changed it (an operator's sqlite3), which `data_version` tells. With the
-        lock held. Not under `_reading`: its two context managers cost more than the question."""
-        try:
-            version = self._db.execute("PRAGMA data_version").fetchone()[0]
-            if version != self._queue_version:
-                self._reload_outbox(version)
-        except sqlite3.Error:
-            with self._disk():
-                raise
+        lock held, inside `_disk`."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._queue_version:
+            queue = _Queue()
+            rows = self._db.execute(
+                "SELECT id, target, namespace, name, patch, attempts, next_attempt_at FROM outbox ORDER BY id"
+            )
+            for entry_id, target, namespace, name, text, attempts, next_at in rows:
+                if entry_id not in self._sent:
+                    queue.put(OutboxEntry(entry_id, _patch(target, namespace, name, text), attempts), next_at)
+            self._queue, self._queue_version = queue, version
+            self._unsynced = True  # that connection's commits too
         return self._queue
-
-    def _reload_outbox(self, version: int) -> None:
-        queue = _Queue()
-        rows = self._db.execute(
-            "SELECT id, target, namespace, name, patch, attempts, next_attempt_at FROM outbox ORDER BY id"
-        )
-        for entry_id, target, namespace, name, text, attempts, next_at in rows:
-            if entry_id not in self._sent:
-                queue.put(OutboxEntry(entry_id, _patch(target, namespace, name, text), attempts), next_at)
-        self._queue, self._queue_version = queue, version
-        self._unsynced = True  # that connection's commits too
 
     def enqueue(self, patches: Iterable[Patch]) -> None:
         now = self._clock()
@@ -836,7 +829,7 @@ class Ledger:
         they tell the API server is on disk before they are handed out (`_sync`)."""
         now = self._clock()
         with self._sync_lock:
-            with self._lock:
+            with self._reading():
                 queue = self._outbox()
                 oldest = itertools.islice(queue.due(now, hold_pods_through), limit)
                 targets = {_target(entry.patch): None for entry in oldest}  # in order, once each
@@ -880,20 +873,20 @@ class Ledger:
     def more_due_than(self, limit: int, hold_pods_through: int = 0) -> bool:
         """Whether over `limit` entries are due (pod entries up to `hold_pods_through` held back)."""
         now = self._clock()
-        with self._lock:
+        with self._reading():
             due = self._outbox().due(now, hold_pods_through)
             return sum(1 for _ in itertools.islice(due, limit + 1)) > limit
 
     def due_in(self, hold_pods_through: int = 0) -> float | None:
         """Seconds until the next entry is due (0 or less: one is), None when none waits; pod
         entries up to id `hold_pods_through` are not counted."""
-        with self._lock:
+        with self._reading():
             first = min(self._outbox().waiting(hold_pods_through), default=None)
             return None if first is None else first - self._clock()
 
     def last_outbox_id(self) -> int:
         """The newest entry's id, 0 when the outbox is empty (ids only grow)."""
-        with self._lock:
+        with self._reading():
             return next(reversed(self._outbox().entries), 0)
 
     def done(self, entry_ids: Iterable[int]) -> None:
@@ -926,5 +919,5 @@ class Ledger:
                 self._queue.put(dataclasses.replace(entry, attempts=entry.attempts + 1), next_at)
 
     def outbox_size(self) -> int:
-        with self._lock:
+        with self._reading():
             return len(self._outbox().entries)
