@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
@@ -248,58 +247,8 @@ class HeldElsewhere:
             return any(name != self._resource for name in self._by_resource)
 
 
-Target = tuple[str, str, str]  # (target, namespace, name): whose outbox entries go out together
-
-
-class _Queue:
-    """The outbox as committed, in memory: the worker asks it several times per pass, and SQL for
-    each question cost more CPU than the pass's own write (bench/outbox.py --profile). Entries
-    are kept in id order (ids only grow), with when each is due and by target."""
-
-    __slots__ = ("by_target", "entries", "next_at")
-
-    def __init__(self) -> None:
-        self.entries: dict[int, OutboxEntry] = {}
-        self.next_at: dict[int, float] = {}
-        self.by_target: dict[Target, dict[int, OutboxEntry]] = {}
-
-    def put(self, entry: OutboxEntry, next_at: float) -> None:
-        """Add an entry, or replace it where it stands (a retry keeps its place)."""
-        self.entries[entry.id] = entry
-        self.next_at[entry.id] = next_at
-        self.by_target.setdefault(_target(entry.patch), {})[entry.id] = entry
-
-    def drop(self, entry_id: int) -> None:
-        entry = self.entries.pop(entry_id, None)
-        if entry is None:
-            return
-        del self.next_at[entry_id]
-        key = _target(entry.patch)
-        group = self.by_target[key]
-        del group[entry_id]
-        if not group:
-            del self.by_target[key]
-
-    def due(self, now: float, hold_pods_through: int) -> Iterator[OutboxEntry]:
-        """The entries due at `now`, oldest first; pod entries up to id `hold_pods_through` held."""
-        for entry_id, entry in self.entries.items():
-            held = entry_id <= hold_pods_through and entry.patch.target != "node"
-            if not held and self.next_at[entry_id] <= now:
-                yield entry
-
-    def waiting(self, hold_pods_through: int) -> Iterator[float]:
-        """When each entry not held back is due."""
-        for entry_id, entry in self.entries.items():
-            if entry_id > hold_pods_through or entry.patch.target == "node":
-                yield self.next_at[entry_id]
-
-
-def _target(patch: Patch) -> Target:
-    return patch.target, patch.namespace, patch.name
-
-
-def _entry_id(entry: OutboxEntry) -> int:
-    return entry.id
+# An outbox entry due now, unless it is a pod's held back (parameters: now, the last id held back).
+_DUE = "next_attempt_at <= ? AND (target = 'node' OR id > ?)"
 
 
 def _patch_text(patch: Patch) -> str:
@@ -366,12 +315,6 @@ class Ledger:
         self._probed_at = -math.inf  # by `clock`
         self._listeners: list[StorageListener] = []
         self._sent: set[int] = set()  # outbox entries sent that a failed write could not forget
-        self._queue = _Queue()  # the outbox, read from the file at the first question
-        self._queue_version: int | None = None  # PRAGMA data_version when read; None: read it
-        # Whether a commit since the last sync of the log may still be only in the page cache (at
-        # the start: the last process's); `due` syncs before handing out entries while it is.
-        self._unsynced = True
-        self._sync_lock = threading.Lock()  # `due`'s: a second caller waits for the sync under way
         try:
             private_dir(path.parent)
             private_files(path)
@@ -508,9 +451,7 @@ class Ledger:
             self._restore_if_removed()
             if self._db.in_transaction:  # a COMMIT or ROLLBACK the disk failed can leave one open
                 self._db.execute("ROLLBACK")
-            # At NORMAL, already the level (the switch cost each `done` two statements).
-            switch = not durable and SYNCHRONOUS != "NORMAL"
-            if switch:
+            if not durable:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -525,10 +466,8 @@ class Ledger:
                             self._db.execute("ROLLBACK")
                     raise
             finally:
-                if switch:
+                if not durable:
                     self._db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
-            if durable:
-                self._unsynced = True
             self._written()
 
     def _restore_if_removed(self) -> None:
@@ -554,7 +493,6 @@ class Ledger:
         _configure(restored)
         self._db.close()
         self._db, self._file = restored, _identity(self.path)
-        self._queue_version = None  # another connection's count: read the outbox from it
         log.info("ledger restored at its path", path=str(self.path), rows=len(self._live))
 
     def _remember(self, key: Key, devices: str) -> None:
@@ -599,9 +537,8 @@ class Ledger:
                 if existing is not None:
                     return existing
                 self._insert(db, dataclasses.replace(allocation, allocated_at=now))
-                queued = self._enqueue(db, patches, now)
+                self._enqueue(db, patches, now)
             self._remember(key, devices)
-            self._queued(queued, now)
         return dataclasses.replace(allocation, allocated_at=now)
 
     def _insert(self, db: sqlite3.Connection, allocation: Allocation) -> None:
@@ -659,9 +596,7 @@ class Ledger:
                             container=move.container,
                         ),
                     )
-                now = self._clock()
-                queued = self._enqueue(db, patches, now)
-            self._queued(queued, now)
+                self._enqueue(db, patches, self._clock())
             devices = {key: self._forget(key) for key in leaving}
             for move in moves:
                 self._remember(move.new_key, devices[move.key])
@@ -780,70 +715,36 @@ class Ledger:
 
     # --- outbox -------------------------------------------------------------------------------
 
-    def _enqueue(self, db: sqlite3.Connection, patches: Iterable[Patch], now: float) -> list[OutboxEntry]:
-        """Insert the patches' entries; returns them, for `_queued` once the transaction commits."""
-        entries = []
-        for p in patches:
-            cursor = db.execute(
-                "INSERT INTO outbox (target, namespace, name, patch, next_attempt_at, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (p.target, p.namespace, p.name, _patch_text(p), now, now),
-            )
-            assert cursor.lastrowid is not None  # an INSERT's
-            stored = Patch(p.target, p.namespace, p.name, dict(p.annotations), p.uid)  # not the caller's
-            entries.append(OutboxEntry(cursor.lastrowid, stored, 0))
-        return entries
-
-    def _queued(self, entries: Iterable[OutboxEntry], now: float) -> None:
-        for entry in entries:
-            self._queue.put(entry, now)
-
-    def _outbox(self) -> _Queue:
-        """The outbox as committed, less the entries `_sent` holds; read again from the file when
-        another connection changed it (an operator's sqlite3), which `data_version` tells. With the
-        lock held, inside `_disk`."""
-        version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._queue_version:
-            queue = _Queue()
-            rows = self._db.execute(
-                "SELECT id, target, namespace, name, patch, attempts, next_attempt_at FROM outbox ORDER BY id"
-            )
-            for entry_id, target, namespace, name, text, attempts, next_at in rows:
-                if entry_id not in self._sent:
-                    queue.put(OutboxEntry(entry_id, _patch(target, namespace, name, text), attempts), next_at)
-            self._queue, self._queue_version = queue, version
-            self._unsynced = True  # that connection's commits too
-        return self._queue
+    def _enqueue(self, db: sqlite3.Connection, patches: Iterable[Patch], now: float) -> None:
+        db.executemany(
+            "INSERT INTO outbox (target, namespace, name, patch, next_attempt_at, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [(p.target, p.namespace, p.name, _patch_text(p), now, now) for p in patches],
+        )
 
     def enqueue(self, patches: Iterable[Patch]) -> None:
-        now = self._clock()
-        with self._lock:
-            with self._transaction() as db:
-                queued = self._enqueue(db, patches, now)
-            self._queued(queued, now)
+        with self._transaction() as db:
+            self._enqueue(db, patches, self._clock())
 
     def due(self, limit: int = 50, hold_pods_through: int = 0) -> list[OutboxEntry]:
         """The entries of each pod or node that has one due (the oldest `limit` due ones name
         them), in ledger order, waiting ones included: a target's entries go together, so a
-        later value always wins. Pod entries up to id `hold_pods_through` are held back. What
-        they tell the API server is on disk before they are handed out (`_sync`)."""
-        now = self._clock()
-        with self._sync_lock:
-            with self._reading():
-                queue = self._outbox()
-                oldest = itertools.islice(queue.due(now, hold_pods_through), limit)
-                targets = {_target(entry.patch): None for entry in oldest}  # in order, once each
-                groups = [queue.by_target[target].values() for target in targets]
-                if len(groups) == 1:
-                    entries = list(groups[0])
-                else:
-                    entries = sorted(itertools.chain.from_iterable(groups), key=_entry_id)
-                sync = bool(entries) and self._unsynced
-                if sync:
-                    self._unsynced = False  # a commit from now on sets it again
-            if sync:
-                self._sync()
-        return entries
+        later value always wins. Pod entries up to id `hold_pods_through` are held back."""
+        with self._reading():
+            rows = self._db.execute(
+                "SELECT id, target, namespace, name, patch, attempts FROM outbox"
+                " WHERE (target, namespace, name) IN"
+                f" (SELECT target, namespace, name FROM outbox WHERE {_DUE} ORDER BY id LIMIT ?)"
+                " ORDER BY id",
+                (self._clock(), hold_pods_through, limit),
+            ).fetchall()
+            rows = [row for row in rows if row[0] not in self._sent]
+        if rows:
+            self._sync()  # what a patch tells the API server is on disk before it goes
+        return [
+            OutboxEntry(id, _patch(target, namespace, name, patch), attempts)
+            for id, target, namespace, name, patch, attempts in rows
+        ]
 
     def _sync(self) -> None:
         """Make every commit so far durable: fsync the write-ahead log, where a commit at
@@ -867,57 +768,53 @@ class Ledger:
 
     def _sync_failed(self, err: OSError) -> NoReturn:
         with self._lock, self._disk():
-            self._unsynced = True
             raise StorageError(IO_ERROR, f"ledger {self.path}: the write-ahead log cannot be synced: {err}")
 
     def more_due_than(self, limit: int, hold_pods_through: int = 0) -> bool:
         """Whether over `limit` entries are due (pod entries up to `hold_pods_through` held back)."""
-        now = self._clock()
         with self._reading():
-            due = self._outbox().due(now, hold_pods_through)
-            return sum(1 for _ in itertools.islice(due, limit + 1)) > limit
+            found = self._db.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE {_DUE} LIMIT ?)",
+                (self._clock(), hold_pods_through, limit + 1),
+            ).fetchone()[0]
+        return int(found) > limit
 
     def due_in(self, hold_pods_through: int = 0) -> float | None:
         """Seconds until the next entry is due (0 or less: one is), None when none waits; pod
         entries up to id `hold_pods_through` are not counted."""
         with self._reading():
-            first = min(self._outbox().waiting(hold_pods_through), default=None)
-            return None if first is None else first - self._clock()
+            first = self._db.execute(
+                "SELECT MIN(next_attempt_at) FROM outbox WHERE target = 'node' OR id > ?",
+                (hold_pods_through,),
+            ).fetchone()[0]
+            return None if first is None else float(first) - self._clock()
 
     def last_outbox_id(self) -> int:
         """The newest entry's id, 0 when the outbox is empty (ids only grow)."""
         with self._reading():
-            return next(reversed(self._outbox().entries), 0)
+            return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM outbox").fetchone()[0])
 
     def done(self, entry_ids: Iterable[int]) -> None:
         """Forget sent patches. Not fsynced: after a crash a patch is at worst sent again, and every
         outbox patch is idempotent. When the disk refuses (see `problem`), they are kept as sent in
         memory, left out of `due` and forgotten by the next write that succeeds."""
-        ids = list(entry_ids)
+        ids = [(entry_id,) for entry_id in entry_ids]
         with self._lock:
             try:
                 with self._transaction(durable=False) as db:
-                    db.executemany("DELETE FROM outbox WHERE id = ?", [(entry_id,) for entry_id in ids])
+                    db.executemany("DELETE FROM outbox WHERE id = ?", ids)
             except StorageError:
-                self._sent.update(ids)
-            for entry_id in ids:
-                self._queue.drop(entry_id)
+                self._sent.update(entry_id for (entry_id,) in ids)
 
     def retry_later(self, entry_id: int, error: str, delay_s: float) -> None:
         """Put off a failed entry. When the disk refuses (see `problem`), the entry stays due as it
         was: a patch that failed is tried again, no sooner than the outbox resumes."""
-        next_at = self._clock() + delay_s
-        with self._lock, contextlib.suppress(StorageError):
-            with self._transaction(durable=False) as db:
-                db.execute(
-                    "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?"
-                    " WHERE id = ?",
-                    (error, next_at, entry_id),
-                )
-            entry = self._queue.entries.get(entry_id)
-            if entry is not None:
-                self._queue.put(dataclasses.replace(entry, attempts=entry.attempts + 1), next_at)
+        with contextlib.suppress(StorageError), self._transaction(durable=False) as db:
+            db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ? WHERE id = ?",
+                (error, self._clock() + delay_s, entry_id),
+            )
 
     def outbox_size(self) -> int:
         with self._reading():
-            return len(self._outbox().entries)
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]) - len(self._sent)
