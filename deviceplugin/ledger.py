@@ -447,11 +447,12 @@ class Ledger:
         """One write transaction (first forgetting the entries a failed `done` could not).
         `durable=False` skips the fsync (WAL, synchronous=NORMAL): for bookkeeping whose loss in a
         crash is harmless, like marking an idempotent patch sent."""
+        switch = not durable and SYNCHRONOUS != "NORMAL"  # at NORMAL already: no PRAGMA round trip
         with self._lock, self._disk():
             self._restore_if_removed()
             if self._db.in_transaction:  # a COMMIT or ROLLBACK the disk failed can leave one open
                 self._db.execute("ROLLBACK")
-            if not durable:
+            if switch:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -466,7 +467,7 @@ class Ledger:
                             self._db.execute("ROLLBACK")
                     raise
             finally:
-                if not durable:
+                if switch:
                     self._db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
             self._written()
 
