@@ -133,17 +133,6 @@ class Patch:
     annotations: Mapping[str, str | None]
     uid: str = ""  # the pod's: a pod of the same name created later is another pod ("": not known)
 
-    def __hash__(self) -> int:
-        return hash(
-            (
-                self.target,
-                self.namespace,
-                self.name,
-                tuple(sorted(self.annotations.items(), key=str)),
-                self.uid,
-            )
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class OutboxEntry:
