@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from deviceplugin.extender.config import ExtenderConfig
 from deviceplugin.extender.protocol import BadRequest, parse_binding_args, parse_extender_args
 from deviceplugin.extender.service import ExtenderService
+from deviceplugin.fit import jsontext
 from deviceplugin.httpserver import HttpServer, HttpStats, Limits, Request, Response
 from deviceplugin.logs import get_log
 from deviceplugin.options import split_address
@@ -104,11 +105,9 @@ def request_body(data: bytes) -> object:
     if not data.strip():
         raise BadRequest("the request body is empty; it must be a JSON object")
     try:
-        return json.loads(data)
+        return jsontext.loads(data)
     except ValueError as err:
         raise BadRequest(f"the request body is not valid JSON: {err}") from None
-    except RecursionError:  # the decoder recurses once per level: [[[[...]]]]
-        raise BadRequest("the request body is JSON nested too deeply to read") from None
 
 
 class ExtenderHttpServer:

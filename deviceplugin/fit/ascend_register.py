@@ -17,14 +17,14 @@ entry (a nil pointer Volcano would dereference) voids the node.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deviceplugin.fit import goint
+from deviceplugin.fit import goint, jsontext
 from deviceplugin.fit.bounds import MAX_NODE_GPUS, shown
 from deviceplugin.fit.errors import NodeRegisterError
+from deviceplugin.fit.jsontext import TooDeep
 from deviceplugin.fit.model import Compat, is_volcano_compat
 
 _SEPARATORS = (",", ":", ";")
@@ -153,17 +153,17 @@ def _info(pairs: _Object, where: str) -> NpuInfo:
 
 def _parse(value: str) -> list[NpuInfo | None]:
     try:
-        loaded = json.loads(
+        loaded = jsontext.loads(
             value,
             parse_int=_Number,
             parse_float=_Float,
             parse_constant=_no_constant,
             object_pairs_hook=_Object,
         )
+    except TooDeep as err:
+        raise NodeRegisterError(f"node registration {shown(value)} is {err}") from None
     except ValueError as err:
         raise NodeRegisterError(f"node registration {shown(value)} is not valid JSON: {err}") from None
-    except RecursionError:  # json.loads of deeply nested brackets
-        raise NodeRegisterError(f"node registration {shown(value)} is nested too deeply to read") from None
     if loaded is None:
         return []
     if not isinstance(loaded, list) or isinstance(loaded, _Object):

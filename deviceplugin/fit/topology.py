@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deviceplugin.fit import objects
+from deviceplugin.fit import jsontext, objects
 from deviceplugin.fit.errors import AnnotationError
 
 TOPOLOGY_KEY = "volcano.sh/gpu-topology"
@@ -155,7 +155,7 @@ def _int_list(document: Mapping[str, Any], name: str) -> list[int]:
 def decode_topology(text: str) -> Topology:
     """The annotation's value; AnnotationError naming the annotation and the fault."""
     try:
-        document = json.loads(text)
+        document = jsontext.loads(text)
         if not isinstance(document, dict):
             raise ValueError("the value must be a JSON object")
         gpus, numa = _int_list(document, "gpus"), _int_list(document, "numa")
@@ -167,10 +167,8 @@ def decode_topology(text: str) -> Topology:
         if not isinstance(links, list) or not all(isinstance(item, str) for item in links):
             raise ValueError("'links' must be a list of strings")
         return Topology(tuple(gpus), tuple(numa), tuple(parse_link(item) for item in links))
-    except ValueError as err:  # json.JSONDecodeError is a ValueError
+    except ValueError as err:  # undecodable text included (jsontext.loads)
         raise AnnotationError(f"node annotation {TOPOLOGY_KEY}: {err}") from None
-    except RecursionError:  # json.loads of deeply nested brackets
-        raise AnnotationError(f"node annotation {TOPOLOGY_KEY}: nested too deeply to be a topology") from None
 
 
 def node_topology(node: objects.Obj) -> Topology | None:

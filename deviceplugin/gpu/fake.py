@@ -46,7 +46,6 @@ backend knows no topology. With it, each GPU sits on the topology's NUMA node (n
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -57,6 +56,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from deviceplugin.fit import jsontext
 from deviceplugin.fit.model import MigGroup, MigInstance
 from deviceplugin.fit.topology import UNKNOWN_NUMA, Topology
 from deviceplugin.gpu import mig
@@ -486,10 +486,7 @@ class FakeBackend:
 
 def _parse_event_line(line: bytes) -> XidEvent | _WaitFailure | _Lost | _Raise | _MigFail | _MigBusy:
     """One events-file line; ValueError says what is wrong with it."""
-    try:
-        record = json.loads(line)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-    except RecursionError:  # deeply nested brackets
-        raise ValueError("nested too deeply to be an event") from None
+    record = jsontext.loads(line)  # every undecodable line is a ValueError
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     if "mig_fail" in record or "mig_busy" in record:
@@ -606,8 +603,8 @@ def _read_json_file(path: str) -> object:
     except OSError as err:
         raise ValueError(f"neither COUNTxMIB (like 2x10989) nor a readable JSON file: {err}") from err
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as err:  # a JSONDecodeError or UnicodeDecodeError, or nesting
+        return jsontext.loads(data)
+    except ValueError as err:
         raise ValueError(f"invalid JSON: {err}") from err
 
 

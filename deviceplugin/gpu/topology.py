@@ -15,11 +15,11 @@ describe as many GPUs as the node has.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from deviceplugin.fit import jsontext
 from deviceplugin.fit.topology import UNKNOWN_NUMA, Link, Topology, parse_link
 
 _FILE_KEYS = frozenset({"numa", "links", "default"})
@@ -105,8 +105,8 @@ def read_topology(value: str) -> NamedTopology:
 def parse_topology_file(content: str | bytes) -> Topology:
     """A topology file's content (the module's docstring); ValueError naming the field at fault."""
     try:
-        document = json.loads(content)
-    except (ValueError, RecursionError) as err:  # a JSONDecodeError or UnicodeDecodeError, or nesting
+        document = jsontext.loads(content)
+    except ValueError as err:
         raise ValueError(f"invalid JSON: {err}") from None
     if not isinstance(document, dict):
         raise ValueError('must hold a JSON object: {"numa": [...], "links": {"0-1": "NV4", ...}}')
