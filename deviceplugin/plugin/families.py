@@ -9,6 +9,7 @@ loads every family's fit rules), so the daemon registers with kubelet sooner (be
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from deviceplugin.fit import keys
 from deviceplugin.fit.errors import unknown_strategy
@@ -21,6 +22,9 @@ from deviceplugin.plugin.devices import RESOURCES, DeviceList, Layout, Resource
 from deviceplugin.plugin.family import AllocatorParts, NodeFamily
 from deviceplugin.plugin.nodestate import node_state, unhealthy_ids, vgpu_register
 from deviceplugin.plugin.vgpumig import MigCards
+
+if TYPE_CHECKING:
+    from deviceplugin.plugin.gpushare import GpushareAllocator
 
 
 class NumberNode:
@@ -44,14 +48,17 @@ class NumberNode:
         )
 
     def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
-        from deviceplugin.plugin.gpushare import GpushareAllocator  # noqa: PLC0415  # see the docstring
-
         api = parts.api
         if api is None:
             return None
-        return GpushareAllocator(
+        return self._allocator_type()(
             devices, parts.health, api.pods, parts.ledger, api.events, topology=parts.topology, **api.options
         )
+
+    def _allocator_type(self) -> type[GpushareAllocator]:
+        from deviceplugin.plugin.gpushare import GpushareAllocator  # noqa: PLC0415  # see the docstring
+
+        return GpushareAllocator
 
 
 class ShareNode(NumberNode):
@@ -71,15 +78,10 @@ class WholeNode(NumberNode):
 
     strategy: Strategy = "whole"
 
-    def allocator(self, devices: DeviceList, parts: AllocatorParts) -> Allocator | None:
+    def _allocator_type(self) -> type[GpushareAllocator]:
         from deviceplugin.plugin.whole import WholeAllocator  # noqa: PLC0415  # see the docstring
 
-        api = parts.api
-        if api is None:
-            return None
-        return WholeAllocator(
-            devices, parts.health, api.pods, parts.ledger, api.events, topology=parts.topology, **api.options
-        )
+        return WholeAllocator
 
 
 class VgpuNode:
