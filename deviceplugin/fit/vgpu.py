@@ -353,12 +353,14 @@ def quick_vgpu(order: Sequence[GpuState], request: ContainerRequest, policy: Pol
     if remaining > len(order):
         return None
     percentage, cores = request.memory_percentage, request.cores
+    many = remaining > 1
     score = 0.0
     for card in order:
         used_num, used_mem, used_cores = card.used_num, card.used_memory, card.used_cores
         need = request.memory if percentage is None else card.memory * percentage // 100
         if (
             not card.health
+            or (many and card.mode == keys.MODE_MPS)
             or card.split_count <= used_num
             or card.memory - used_mem < need
             or used_cores + cores > card.cores
@@ -493,6 +495,13 @@ def _other_mode(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
     return f"runs {card.mode}, pod asks for {walk.wanted_mode}"
 
 
+def _mps_many_gpus(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
+    # A CUDA process connects to one MPS control daemon, and each GPU has its own (docs/mps.md).
+    if request.nums > 1 and walk.cards[pos].mode == keys.MODE_MPS:
+        return f"runs mps, which serves a container one GPU; it asks for {request.nums}"
+    return None
+
+
 def _uuid_excluded(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
     if walk.uuid_filter.active and not walk.uuid_filter.allows(walk.cards[pos].uuid):
         return "excluded by the pod's GPU UUID annotations"
@@ -551,7 +560,7 @@ def _wrong_type(walk: _Walk, pos: int, request: ContainerRequest) -> str | None:
 
 
 # Which cards the pod may use at all; Volcano checks neither health nor mode per card.
-_DEFAULT_SELECTION: tuple[_CardRule, ...] = (_unhealthy, _other_mode, _uuid_excluded)
+_DEFAULT_SELECTION: tuple[_CardRule, ...] = (_unhealthy, _other_mode, _mps_many_gpus, _uuid_excluded)
 _VOLCANO_SELECTION: tuple[_CardRule, ...] = (_uuid_excluded,)
 # Whether a selectable card has room for the container, in Volcano's order.
 _ROOM: tuple[_CardRule, ...] = (

@@ -42,7 +42,7 @@ def _card(rng: random.Random, index: int) -> GpuState:
         memory=memory,
         split_count=rng.choice((1, 2, 4)),
         health=rng.random() > 0.1,
-        mode=rng.choice((k.MODE_HAMI_CORE, k.MODE_HAMI_CORE, k.MODE_MPS)),
+        mode=k.MODE_MPS if rng.random() < 0.15 else k.MODE_HAMI_CORE,  # (mps: one-GPU containers only)
         used_num=used_num,
         used_memory=0 if not used_num else rng.choice((1000, 8000, memory - 2000)),
         used_cores=0 if not used_num else rng.choice((0, 30, 100)),

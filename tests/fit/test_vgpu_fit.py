@@ -497,8 +497,8 @@ def test_default_mode_filters_cards() -> None:
     assert chosen(fit(cards, {NUM: "1", MEM: "10"}, annotations={"volcano.sh/vgpu-mode": "hami-core"})) == [
         ["GPU-0"]
     ]
-    unset = fit(cards, {NUM: "2", MEM: "10"})
-    assert sorted(chosen(unset)[0]) == ["GPU-0", "GPU-1"]
+    unset = fit(cards, {NUM: "1", MEM: "10"}, annotations={"volcano.sh/vgpu-nouse-gpuuuid": "GPU-0"})
+    assert chosen(unset) == [["GPU-1"]]
     mig = fit(cards, {NUM: "1", MEM: "10"}, annotations={"volcano.sh/vgpu-mode": "mig"})
     assert not mig.ok
     assert "GPU 1 (GPU-1): runs mps, pod asks for mig" in mig.reason

@@ -54,7 +54,26 @@ def test_a_pod_asking_a_mode_fits_only_the_cards_of_that_mode(mode: str, chosen:
 
 
 def test_a_pod_asking_no_mode_fits_every_card_each_in_its_own_way() -> None:
-    assert devices(fit(MIXED, None, nums=3)) == ["GPU-hami-core-0", "GPU-mig-2[group1-0]", "GPU-mps-1"]
+    for one in MIXED:
+        assert devices(fit((one,), None)) == [one.uuid if one.mode != k.MODE_MIG else f"{one.uuid}[group1-0]"]
+    assert devices(fit(MIXED, None, nums=2)) == ["GPU-hami-core-0", "GPU-mig-2[group1-0]"]
+
+
+@pytest.mark.parametrize("mode", [None, k.MODE_MPS])
+def test_an_mps_card_serves_only_containers_of_one_gpu(mode: str | None) -> None:
+    """A CUDA process connects to one MPS control daemon, one per GPU: the daemon refuses a
+    container of two GPUs there (`mps-one-gpu`), so the fit does not send it."""
+    mps_node = (card(0, k.MODE_MPS), card(1, k.MODE_MPS))
+    assert devices(fit(mps_node, mode)) == ["GPU-mps-0"]
+    refused = fit(mps_node, mode, nums=2)
+    assert not refused.ok
+    assert "GPU 0 (GPU-mps-0): runs mps, which serves a container one GPU; it asks for 2" in refused.reason
+    assert not fit(MIXED, None, nums=3).ok
+
+
+def test_volcano_sends_a_container_of_several_gpus_to_mps_cards_as_hami_core() -> None:
+    mps_node = (card(0, k.MODE_MPS), card(1, k.MODE_MPS))
+    assert devices(fit(mps_node, None, nums=2, compat="volcano")) == ["GPU-mps-0", "GPU-mps-1"]
 
 
 def test_volcano_reads_an_mps_card_as_hami_core_so_an_mps_pod_fits_nowhere() -> None:
