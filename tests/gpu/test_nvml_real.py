@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from deviceplugin.fit.mig import geometry_for
+from deviceplugin.fit.mig_tables import builtin_geometries
 from deviceplugin.fit.topology import decode_topology
 from deviceplugin.gpu import mig
 from deviceplugin.gpu.base import BackendError, MigError, XidEvent
+from deviceplugin.gpu.mps import QUERY, MpsControl, MpsError, MpsRoot
 from deviceplugin.gpu.nvml import NvmlBackend
+from deviceplugin.plugin.nodestate import card_type
 
 pytestmark = pytest.mark.gpu
 
@@ -106,3 +114,65 @@ def test_mig_devices_and_their_uuids(backend: NvmlBackend) -> None:
             assert device.profile in {p.name for p in model.profiles}
             assert 0 < device.memory_mib <= gpu.memory_mib
         assert backend.match_mig(gpu.uuid, []) is None
+
+
+# --- MIG, writing: only where asked, on a card already in MIG mode and holding no instance ------
+
+MIG_WRITE = "DEVICEPLUGIN_GPU_MIG_WRITE"  # =1: partition and clear idle MIG cards
+
+
+@pytest.mark.skipif(os.environ.get(MIG_WRITE) != "1", reason=f"partitions a card: set {MIG_WRITE}=1")
+def test_an_idle_mig_card_takes_each_group_of_its_geometry_and_is_cleared(backend: NvmlBackend) -> None:
+    """What Allocate does to a card that must be repartitioned: every group of the built-in
+    geometry created, its devices in the group's slot order with MIG UUIDs, matched back to the
+    group, then destroyed (the card is left as found: empty)."""
+    cards = [gpu for gpu in backend.inventory().gpus if gpu.mig_enabled and not backend.mig_devices(gpu.uuid)]
+    if not cards:
+        pytest.skip("no card in MIG mode without instances")
+    gpu = cards[0]
+    geometry = geometry_for(card_type(gpu), builtin_geometries())
+    assert geometry is not None, f"no built-in geometry for {gpu.model}"
+    for group in geometry.groups:
+        try:
+            devices = backend.partition(gpu.uuid, group)
+            assert [d.profile for d in devices] == [i.name for i in group.instances for _ in range(i.count)]
+            assert all(MIG_UUID_SHAPE.fullmatch(d.uuid) for d in devices)
+            match = backend.match_mig(gpu.uuid, geometry.groups)
+            assert match is not None and match.group == group.name
+        finally:
+            backend.clear_mig(gpu.uuid)
+        assert backend.mig_devices(gpu.uuid) == ()
+
+
+# --- MPS: the driver's control daemon, under a temporary pipe directory -------------------------
+
+MPS_CONTROL = shutil.which("nvidia-cuda-mps-control")
+
+
+def mib(answer: str) -> float:
+    """A size as the control daemon prints it (`3000M`, `2.9G`) in MiB."""
+    units = {"M": 1.0, "G": 1024.0}
+    assert answer[-1:] in units, answer
+    return float(answer[:-1]) * units[answer[-1]]
+
+
+@pytest.mark.skipif(MPS_CONTROL is None, reason="nvidia-cuda-mps-control is not on PATH")
+def test_the_drivers_mps_control_daemon_takes_a_gpus_limits(
+    backend: NvmlBackend, uuids: tuple[str, ...], tmp_path: Path
+) -> None:
+    """What the daemon does on an mps node: start the control daemon of one GPU, ask it the health
+    query, set the limits a container cannot raise, read them back, and stop it."""
+    assert MPS_CONTROL is not None
+    control = MpsControl(MPS_CONTROL, MpsRoot(tmp_path / "mps"))
+    uuid = uuids[0]
+    control.start(uuid)
+    try:
+        assert control.ask(uuid, QUERY).replace(".", "", 1).isdigit()
+        control.ask(uuid, "set_default_device_pinned_mem_limit 0 3000M")
+        control.ask(uuid, "set_default_active_thread_percentage 30")
+        assert mib(control.ask(uuid, "get_default_device_pinned_mem_limit 0")) == pytest.approx(3000)
+        assert float(control.ask(uuid, QUERY)) == 30.0
+        assert (control.root.pipe_dir(uuid) / "control").exists()
+    finally:
+        with contextlib.suppress(MpsError):
+            control.ask(uuid, "quit")
