@@ -130,6 +130,10 @@ class MpsDaemons:
         self._retries = {uuid: Retries(MPS_RESTART) for uuid in uuids}
         self._due: dict[str, float] = dict.fromkeys(uuids, 0.0)  # when a start may be tried next
         self._lock = threading.Lock()  # one check at a time (the worker's, or `start`'s first)
+        # The limits last set on each GPU's daemon (`ceiling`): a daemon that comes back has
+        # forgotten them, and takes them again before its GPU is healthy.
+        self._limits: dict[str, tuple[int, int]] = {}
+        self._limits_lock = threading.Lock()  # `ceiling` (Allocates) and `_restore` (the checks)
         self._worker = Worker("mps-control", self._run, supervisor=supervisor)
 
     def start(self) -> None:
@@ -149,7 +153,7 @@ class MpsDaemons:
 
     def _check(self, uuid: str) -> None:
         try:
-            self.control.ask(uuid, QUERY)
+            self._answers(uuid)
         except MpsError as err:
             problem = str(err)
         else:
@@ -161,7 +165,7 @@ class MpsDaemons:
         try:
             self.control.start(uuid)
             self.starts[uuid] += 1
-            self.control.ask(uuid, QUERY)
+            self._answers(uuid)
         except MpsError as err:
             delay = self._retries[uuid].failed()
             self._due[uuid] = self.clock() + delay
@@ -169,6 +173,17 @@ class MpsDaemons:
             return
         log.info("mps control daemon started", gpu=uuid, pipe=str(self.control.root.pipe_dir(uuid)))
         self._mark(uuid, None)
+
+    def _answers(self, uuid: str) -> None:
+        """Ask the daemon the health query; one that was down (restarted here or by a sidecar)
+        takes its GPU's last limits again first: a container's own limits are advice only."""
+        self.control.ask(uuid, QUERY)
+        if self._up[uuid] is False:
+            with self._limits_lock:
+                limits = self._limits.get(uuid)
+                if limits is not None:
+                    self._send(uuid, *limits)
+                    log.info("mps limits restored", gpu=uuid, memory_mib=limits[0], percent=limits[1])
 
     def _mark(self, uuid: str, problem: str | None) -> None:
         was = self._up[uuid]
@@ -192,6 +207,12 @@ class MpsDaemons:
     def ceiling(self, uuid: str, memory_mib: int, percent: int) -> None:
         """Set what no client of the GPU's daemon may exceed, whatever its environment says: the
         pinned device memory (device 0: the daemon sees its one GPU) and the active thread
-        percentage of the servers it starts next."""
+        percentage of the servers it starts next. Kept, to be set again should the daemon come
+        back."""
+        with self._limits_lock:
+            self._send(uuid, memory_mib, percent)
+            self._limits[uuid] = (memory_mib, percent)
+
+    def _send(self, uuid: str, memory_mib: int, percent: int) -> None:
         self.control.ask(uuid, f"set_default_device_pinned_mem_limit 0 {memory_mib}M")
         self.control.ask(uuid, f"set_default_active_thread_percentage {percent}")

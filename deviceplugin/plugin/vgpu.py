@@ -349,6 +349,8 @@ class VgpuAllocator(PodAllocator[VgpuPod]):
         if disable_core_limit:
             self._node_envs[CORE_POLICY] = "disable"
         self._made: dict[tuple[str, str], _Made] = {}  # (pod UID, container): see `_on_pod`
+        if mps is not None:
+            vgpumps.restore(mps, self.ledger.active())
 
     def _read_pod(self, pod: Obj) -> VgpuPod | None:
         return read_vgpu_pod(pod, self.node_name, self.resource, self.mode)

@@ -162,6 +162,65 @@ def test_a_daemon_that_dies_makes_its_gpu_unhealthy_until_it_is_restarted(
     assert envs(rig.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
 
 
+def limits(daemons: MpsDaemons, uuid: str) -> tuple[str, str]:
+    """What the GPU's daemon itself holds: its pinned memory limit and thread percentage."""
+    control = daemons.control
+    return control.ask(uuid, "get_default_device_pinned_mem_limit 0"), control.ask(
+        uuid, "get_default_active_thread_percentage"
+    )
+
+
+@pytest.mark.parametrize("managed", [True, False])
+def test_a_daemon_that_comes_back_takes_its_gpus_limits_again_before_its_gpu_is_healthy(
+    mps: tuple[Rig, MpsDaemons, Clock], managed: bool
+) -> None:
+    """A control daemon that died forgot the limits set on it: restarted here (or by a sidecar), it
+    takes the last ones again, so the servers it starts next hold the containers to them."""
+    rig, daemons, _ = mps
+    daemons.managed = managed
+    vpod(rig, "infer", [("cuda", [("GPU-111", 3000, 30)])], annotations=MPS_POD)
+    rig.allocator.allocate(["GPU-111-0"])
+    assert limits(daemons, "GPU-111") == ("3000M", "30")
+    kill(daemons, "GPU-111")
+    daemons.check()
+    if not managed:
+        assert rig.health.snapshot()[1]["GPU-111"] is False
+        daemons.control.start("GPU-111")  # the sidecar starts it again
+        daemons.check()
+    assert rig.health.snapshot()[1]["GPU-111"] is True
+    assert limits(daemons, "GPU-111") == ("3000M", "30")
+    assert limits(daemons, "GPU-000") == ("0", "100.0")  # no container there: nothing set
+
+
+def test_a_plugin_that_starts_sets_the_limits_of_its_live_containers(
+    mps: tuple[Rig, MpsDaemons, Clock],
+) -> None:
+    """A daemon that died while the plugin was down came back without its limits: the next
+    plugin's allocator sets them from the ledger before it serves anything."""
+    rig, daemons, clock = mps
+    vpod(rig, "big", [("cuda", [("GPU-111", 6000, 0)])], annotations=MPS_POD, vgpu_time=1)
+    vpod(rig, "small", [("cuda", [("GPU-111", 1000, 40)])], annotations=MPS_POD, vgpu_time=2)
+    rig.allocator.allocate(["GPU-111-0"])
+    rig.allocator.allocate(["GPU-111-1"])
+    kill(daemons, "GPU-111")
+    daemons.control.start("GPU-111")  # a sidecar, or the next plugin's first check
+    assert limits(daemons, "GPU-111") == ("0", "100.0")
+    again = MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock)
+    old = rig.allocator
+    VgpuAllocator(
+        old.devices,
+        rig.health,
+        rig.pods,
+        rig.ledger,
+        rig.events,
+        hook_path=old.hook,  # type: ignore[attr-defined]
+        mps=again,
+        node_name=old.node_name,
+    )
+    assert limits(daemons, "GPU-111") == ("6000M", "100")  # the larger of the two containers' each
+    assert limits(daemons, "GPU-000") == ("0", "100.0")
+
+
 def test_a_sidecars_daemons_are_only_checked(tmp_path: Path, apiserver: ApiServerEmulator) -> None:
     rig = make_rig(tmp_path, apiserver, "vgpu")
     control = MpsControl(FAKE, MpsRoot(tmp_path / "mps"))
