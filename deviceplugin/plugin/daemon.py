@@ -4,8 +4,9 @@ see `deviceplugin.runner`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -36,6 +37,7 @@ from deviceplugin.plugin.nodestate import with_topology
 from deviceplugin.plugin.outbox import OutboxWorker
 from deviceplugin.plugin.pending import asks_for
 from deviceplugin.plugin.podfields import daemon_pod
+from deviceplugin.plugin.podresources import read_listing
 from deviceplugin.plugin.recover import rebuild_ledger
 from deviceplugin.plugin.registrar import Registrar
 from deviceplugin.plugin.release import Rebuild, Releaser
@@ -53,6 +55,8 @@ log = logs.get_log(__name__)
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
+# How long a first start asks kubelet whether containers hold its devices (`_nothing_held`).
+NOTHING_HELD_TIMEOUT_S = 2.0
 
 
 class StartupError(Exception):
@@ -350,6 +354,15 @@ def _service(
     return DevicePluginService(devices, gpu.health, allocator, fault=fault)
 
 
+def _nothing_held(pod_resources: Path, resources: Collection[str]) -> bool:
+    """Kubelet's pod-resources `List` shows no container holding one of `resources`; False when
+    it does not answer (a rebuild then waits for one that does)."""
+    try:
+        return not read_listing(pod_resources, NOTHING_HELD_TIMEOUT_S).holds_any(resources)
+    except grpc.RpcError:
+        return False
+
+
 @dataclass
 class Services:
     """Everything a reload rebuilds: the API side (when configured), the release loop and the
@@ -368,11 +381,16 @@ class Services:
             return  # a container whose row could not be rebuilt may still use its directory
         self.hook.keep_mounted(allocation.response for allocation in self.ledger.active())
 
-    def _rebuilder(self, config: DaemonConfig) -> Rebuild | None:
+    def _rebuilder(self, config: DaemonConfig, resources: Collection[str]) -> Rebuild | None:
         """How the release loop rebuilds a ledger `Ledger.open` replaced, or found missing (None:
-        nothing to rebuild)."""
+        nothing to rebuild). A missing ledger needs no rebuild when kubelet shows no container
+        holding `resources` (the rebuild works from that listing): the API, read for a rebuild
+        before the first Register, can then wait until after it, as on a restart."""
         replaced, kube = self.ledger.replaced, self.kube
         if replaced is None and not self.ledger.created:
+            return None
+        if replaced is None and _nothing_held(config.pod_resources_socket, resources):
+            log.info("ledger new: kubelet shows no container holding the node's devices, nothing to rebuild")
             return None
         if kube is None:
             if replaced is None:
@@ -415,7 +433,7 @@ class Services:
                 api, config, gpu, layout, self.ledger, family=family, supervisor=self.supervisor
             )
         )
-        rebuild = self._rebuilder(config)
+        rebuild = self._rebuilder(config, [resource.name for resource in family.resources])
         # The API side starts after the first Register (loading the client imports the kubernetes
         # package: most of the start-up time, bench/startup.py): kubelet lists the devices
         # meanwhile, and an Allocate waits for its pod as it does on a cache not yet synced. Not

@@ -11,7 +11,7 @@ them, the index from device to holder on first use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import cached_property
 from pathlib import Path
 
@@ -71,6 +71,15 @@ class Listing:
             for entry in container.devices
             for device in entry.device_ids
         }
+
+    def holds_any(self, resources: Collection[str]) -> bool:
+        """Some container holds devices of one of `resources`."""
+        return any(
+            entry.resource_name in resources and entry.device_ids
+            for pod in self._response.pod_resources
+            for container in pod.containers
+            for entry in container.devices
+        )
 
     def holder(self, resource: str, device_id: str) -> ContainerRef | None:
         """The container kubelet gave this device of `resource` to, if any."""

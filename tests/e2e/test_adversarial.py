@@ -100,6 +100,24 @@ def test_a_config_file_alias_bomb_is_refused_on_reload_and_the_daemon_serves_on(
     eventually(lambda: share.assigned(apiserver, "after"), daemon)
 
 
+def test_a_new_nodes_first_start_registers_before_the_api_answers(
+    apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
+) -> None:
+    """No ledger yet, and kubelet shows no container holding the node's devices: nothing can have
+    been lost, so the daemon registers without first reading the pods (a rebuild would wait for
+    them: most of a first start, bench/startup.py), and serves once the API answers."""
+    held = apiserver.faults.hang(method="GET", path="/pods")
+    kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
+    daemon = start("--fake-gpus", "2x10989", "--kubeconfig", str(kubeconfig))
+    assert kubelet.wait_for(streaming(share.MEM), TIMEOUT_S), daemon.output()
+    assert "nothing to rebuild" in daemon.output()
+    assert "pod cache listed" not in daemon.output()  # registered while the pods were held
+    apiserver.faults.clear(held)
+    eventually(lambda: "pod cache listed" in daemon.output(), daemon)
+    share.admit(kubelet, share.make_pod(apiserver, "first", 1024), daemon)
+    eventually(lambda: share.assigned(apiserver, "first"), daemon)
+
+
 def test_a_state_dir_wiped_while_stopped_keeps_running_containers_caches_and_rows(
     apiserver: ApiServerEmulator, kubelet: KubeletEmulator, start: Callable[..., Daemon], workdir: Path
 ) -> None:
@@ -118,6 +136,7 @@ def test_a_state_dir_wiped_while_stopped_keeps_running_containers_caches_and_row
     daemon = start("--gpu-strategy", "vgpu", "--hook-path", hook, "--kubeconfig", kubeconfig, *args)
     assert kubelet.wait_for(streaming(*VGPU), TIMEOUT_S), daemon.output()
     eventually(lambda: rows(state / "ledger.db") == before, daemon)
+    assert "nothing to rebuild" not in daemon.output()
     assert (cache / "state").read_text() == "HAMi-core's shared region"
     number = admission.allocation("worker", vgpu.NUMBER).response
     assert kubelet.reallocate(pod["metadata"]["uid"], "worker", vgpu.NUMBER) == number
