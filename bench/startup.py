@@ -6,8 +6,9 @@ registers), measured in the same run, starts interleaved. The daemon runs as in 
 8 fake 80 GB GPUs, share mode, with the API server (emulated, in a process of its own, so that
 answering the daemon's requests does not hold up the kubelet emulator's clock), its modules
 byte-compiled as the image's wheel install leaves them. Each start gets a new kubelet directory
-and state directory (no ledger yet: a node's first start, which reads the API before it
-registers), then starts again on the same ones (a restart: the ledger kept). Also the wall time
+and state directory (no ledger yet: a node's first start, which asks kubelet's pod-resources
+whether a ledger was lost, and would read the API before registering if containers held the
+node's devices), then starts again on the same ones (a restart: the ledger kept). Also the wall time
 of `deviceplugin --help` and `deviceplugin run --help`, against a bare `python -c pass`.
 Run: `.venv/bin/python bench/startup.py [--starts N]`.
 """
@@ -49,8 +50,9 @@ def serve_api(conn: Connection, kubeconfig: Path) -> None:
 
 
 def first_register_s(command: list[str], directory: Path) -> float:
-    """Seconds from launching `command` to kubelet's answer to its first Register."""
-    with KubeletEmulator(directory) as kubelet:
+    """Seconds from launching `command` to kubelet's answer to its first Register; kubelet serves
+    pod-resources at `pod_resources(directory)`, as every kubelet does."""
+    with KubeletEmulator(directory, pod_resources_socket=pod_resources(directory)) as kubelet:
         began = time.monotonic()
         process = subprocess.Popen(command)
         try:
@@ -63,6 +65,10 @@ def first_register_s(command: list[str], directory: Path) -> float:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
+
+
+def pod_resources(directory: Path) -> Path:
+    return directory.parent / "pod-resources.sock"
 
 
 def wall_s(command: list[str]) -> float:
@@ -98,10 +104,14 @@ def main() -> int:
                     [sys.executable, str(HERE / "floor_plugin.py"), str(work / f"f{n}")], work / f"f{n}"
                 )
             )
-            extra = ["--kubeconfig", kubeconfig, "--gpu-memory-factor", "auto", "--log-level", "warning"]
+            plugins = work / f"d{n}" / "dp"
+            extra = [
+                *("--kubeconfig", kubeconfig, "--gpu-memory-factor", "auto", "--log-level", "warning"),
+                *("--pod-resources-socket", str(pod_resources(plugins))),
+            ]
             command = daemon_command(work / f"d{n}", "bench", "8x81920", extra)
-            daemon.append(first_register_s(command, work / f"d{n}" / "dp"))
-            restart.append(first_register_s(command, work / f"d{n}" / "dp"))
+            daemon.append(first_register_s(command, plugins))
+            restart.append(first_register_s(command, plugins))
     finally:
         conn.close()
         api.join(10)
