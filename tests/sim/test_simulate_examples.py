@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.fit.mig import geometry_for
+from deviceplugin.fit.mig_tables import builtin_geometries
 from tests.sim.simulate_run import Run, env, simulate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -153,6 +155,20 @@ def _supernode(run: Run) -> None:
     assert allocated == {"2"}
 
 
+def _mig(run: Run) -> None:
+    """The guide's 3000 MiB MIG pod gets the smallest slice that holds it: a 1g.5gb instance."""
+    (node,) = run.document["nodes"]
+    (card,) = node["gpus"]
+    pod = run.pod("mig-pod")
+    assert pod["annotations"]["volcano.sh/vgpu-ids-new"] == f"{card['uuid']}[group1-0],NVIDIA,3000,0:"
+    geometry = geometry_for(f"NVIDIA-{node['gpus'][0]['model']}", builtin_geometries())
+    assert geometry is not None
+    assert [(i.name, i.memory) for i in geometry.groups[0].instances] == [("1g.5gb", 4864)]
+    (container,) = pod["containers"]
+    assert list(container["env"]) == ["NVIDIA_VISIBLE_DEVICES"] and container["mounts"] == []
+    assert container["env"]["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+
+
 def _topology_4gpu(run: Run) -> None:
     """The 4-GPU pod gets the idle socket (4-7), not the first four idle GPUs (1-4) across sockets."""
     assert gpus(run, "one-gpu", "cuda-container") == [("pcie-8", 0)]
@@ -185,6 +201,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "volcano-distributed-training.yaml": _distributed_training,
     "volcano-vgpu-hami-core.yaml": _hami_core,
     "volcano-vgpu-job.yaml": _vgpu_job,
+    "volcano-vgpu-mig.yaml": _mig,
     "volcano-vgpu-training-job.yaml": _training,
     "hami-vgpu-pod.yaml": _hami_pod,
     "hami-examples.yaml": _hami_examples,
