@@ -521,15 +521,16 @@ class Ledger:
         now = self._clock()
         key = (allocation.pod_uid, allocation.container, allocation.resource)
         devices = device_key(allocation.device_ids)
+        stored = dataclasses.replace(allocation, allocated_at=now)
         with self._lock:  # held past the commit, so the in-memory set follows committed rows only
             with self._transaction() as db:
                 existing = self._get(db, *key) if key in self._live else None
                 if existing is not None:
                     return existing
-                self._insert(db, dataclasses.replace(allocation, allocated_at=now))
+                self._insert(db, stored)
                 self._enqueue(db, patches, now)
             self._remember(key, devices)
-        return dataclasses.replace(allocation, allocated_at=now)
+        return stored
 
     def _insert(self, db: sqlite3.Connection, allocation: Allocation) -> None:
         """Write a live row (replacing a released one with its key)."""

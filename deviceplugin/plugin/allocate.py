@@ -194,8 +194,8 @@ def check_ids(devices: DeviceList, device_ids: Sequence[str]) -> list[GpuInfo]:
             "unknown-devices",
             f"{resource}: device IDs {_listed(unknown)} are not devices of this node",
         )
-    repeated = [d for d, seen in Counter(device_ids).items() if seen > 1]
-    if repeated:  # kubelet never names a device twice: a container would be counted twice
+    if len(set(device_ids)) < len(device_ids):  # kubelet never names a device twice: a container
+        repeated = [d for d, n in Counter(device_ids).items() if n > 1]  # would be counted twice
         raise AllocateError(
             grpc.StatusCode.INVALID_ARGUMENT,
             "repeated-devices",
