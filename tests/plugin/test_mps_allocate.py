@@ -42,16 +42,10 @@ def quit_all(control: MpsControl, uuids: tuple[str, ...]) -> None:
             control.ask(uuid, "quit")
 
 
-@pytest.fixture
-def mps(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[tuple[Rig, MpsDaemons, Clock]]:
-    rig = make_rig(tmp_path, apiserver, "vgpu")
-    control = MpsControl(FAKE, MpsRoot(tmp_path / "mps"))
-    uuids = tuple(gpu.uuid for gpu in GPUS)
-    clock = Clock()
-    daemons = MpsDaemons(control, uuids, rig.health, managed=True, clock=clock)
-    daemons.check()  # what `start` does first; the tests drive the later checks themselves
+def mps_allocator(rig: Rig, daemons: MpsDaemons) -> VgpuAllocator:
+    """The rig's vGPU allocator again, on an mps node of `daemons`."""
     old = rig.allocator
-    rig.allocator = VgpuAllocator(
+    return VgpuAllocator(
         old.devices,
         rig.health,
         rig.pods,
@@ -63,6 +57,17 @@ def mps(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[tuple[Rig, Mps
         timeout_s=1.0,
         on_outbox=rig.outbox.wake,
     )
+
+
+@pytest.fixture
+def mps(tmp_path: Path, apiserver: ApiServerEmulator) -> Iterator[tuple[Rig, MpsDaemons, Clock]]:
+    rig = make_rig(tmp_path, apiserver, "vgpu")
+    control = MpsControl(FAKE, MpsRoot(tmp_path / "mps"))
+    uuids = tuple(gpu.uuid for gpu in GPUS)
+    clock = Clock()
+    daemons = MpsDaemons(control, uuids, rig.health, managed=True, clock=clock)
+    daemons.check()  # what `start` does first; the tests drive the later checks themselves
+    rig.allocator = mps_allocator(rig, daemons)
     yield rig, daemons, clock
     quit_all(control, uuids)
     close_rig(rig)
@@ -205,18 +210,7 @@ def test_a_plugin_that_starts_sets_the_limits_of_its_live_containers(
     kill(daemons, "GPU-111")
     daemons.control.start("GPU-111")  # a sidecar, or the next plugin's first check
     assert limits(daemons, "GPU-111") == ("0", "100.0")
-    again = MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock)
-    old = rig.allocator
-    VgpuAllocator(
-        old.devices,
-        rig.health,
-        rig.pods,
-        rig.ledger,
-        rig.events,
-        hook_path=old.hook,  # type: ignore[attr-defined]
-        mps=again,
-        node_name=old.node_name,
-    )
+    mps_allocator(rig, MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock))
     assert limits(daemons, "GPU-111") == ("6000M", "100")  # the larger of the two containers' each
     assert limits(daemons, "GPU-000") == ("0", "100.0")
 
