@@ -389,15 +389,15 @@ class Services:
         replaced, kube = self.ledger.replaced, self.kube
         if replaced is None and not self.ledger.created:
             return None
-        if replaced is None and _nothing_held(config.pod_resources_socket, resources):
-            log.info("ledger new: kubelet shows no container holding the node's devices, nothing to rebuild")
-            return None
         if kube is None:
             if replaced is None:
                 return None  # nothing can be read; a new node's ledger is new anyway
             log.warning(
                 "ledger not rebuilt: without the Kubernetes API no pod can be read", moved_to=str(replaced)
             )
+            return None
+        if replaced is None and _nothing_held(config.pod_resources_socket, resources):
+            log.info("ledger new: kubelet shows no container holding the node's devices, nothing to rebuild")
             return None
         about = Involved.node(config.node_name, uid=config.node_name)
 
