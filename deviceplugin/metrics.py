@@ -233,7 +233,7 @@ def registry_for(daemon: Daemon) -> CollectorRegistry:
         buckets=LATENCY_BUCKETS,
         registry=registry,
     )
-    daemon.stats.observers.append(lambda resource, outcome, s: latency.labels(resource, outcome).observe(s))
+    daemon.stats.observe_with(lambda resource, outcome, s: latency.labels(resource, outcome).observe(s))
     return registry
 
 

@@ -81,3 +81,19 @@ def test_metrics_show_how_each_gpu_is_shared(workdir: Path, strategy: str, mode:
         running.stop()
     for uuid, index in ((GPU0, 0), (GPU1, 1)):
         assert f'volcano_gpu_plugin_device_mode{{devID="{uuid}",index="{index}",mode="{mode}"}} 1.0' in text
+
+
+def test_allocates_made_before_the_metrics_start_are_in_the_latency_histogram(daemon: Daemon) -> None:
+    """The metrics (and their histogram) start after the first Register, and kubelet may call at
+    once: those first calls were missing from `allocate_duration_seconds` (a scrape then counted
+    4 of 5 served Allocates)."""
+    daemon.stats.record("volcano.sh/vgpu-number", "served", 0.002)
+    daemon.stats.record("volcano.sh/vgpu-memory", "empty", 0.0005)
+    registry = registry_for(daemon)
+    daemon.stats.record("volcano.sh/vgpu-number", "served", 0.003)
+    text = generate_latest(registry).decode()
+    metric = "volcano_gpu_plugin_allocate_duration_seconds"
+    number, memory = 'resource="volcano.sh/vgpu-number"', 'resource="volcano.sh/vgpu-memory"'
+    assert f'{metric}_count{{outcome="served",{number}}} 2.0' in text
+    assert f'{metric}_count{{outcome="empty",{memory}}} 1.0' in text
+    assert f'{metric}_sum{{outcome="served",{number}}} 0.005' in text

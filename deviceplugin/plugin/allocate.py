@@ -87,6 +87,7 @@ def unstored(err: StorageError, where: str, pod: PendingPod | None = None) -> Al
 
 # resource, outcome ("served", "repeat", "empty", "failed"), seconds the call took
 LatencyObserver = Callable[[str, str, float], None]
+EARLY_KEPT = 10_000  # calls kept for an observer yet to come (a bound, never reached in practice)
 
 
 @dataclass
@@ -102,14 +103,30 @@ class AllocationStats:
     mismatches: Counter[str] = field(default_factory=Counter)
     resolved: Counter[tuple[str, str]] = field(default_factory=Counter)
     swaps: Counter[str] = field(default_factory=Counter)
-    observers: list[LatencyObserver] = field(default_factory=list)
+    _observers: list[LatencyObserver] = field(default_factory=list)
+    # Calls made before the first observer came (the metrics start after the first Register, and
+    # kubelet may call at once), handed to it when it does.
+    _early: list[tuple[str, str, float]] = field(default_factory=list)
+    _observers_lock: threading.Lock = field(default_factory=threading.Lock)
     _waiting: Counter[str] = field(default_factory=Counter)
     _waiting_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, resource: str, outcome: str, seconds: float) -> None:
         self.outcomes[(resource, outcome)] += 1
-        for observe in self.observers:
+        with self._observers_lock:
+            observers = self._observers
+            if not observers and len(self._early) < EARLY_KEPT:
+                self._early.append((resource, outcome, seconds))
+        for observe in observers:
             observe(resource, outcome, seconds)
+
+    def observe_with(self, observer: LatencyObserver) -> None:
+        """Send every call's latency to `observer`, beginning with those made before any observer."""
+        with self._observers_lock:
+            self._observers = [*self._observers, observer]  # a new list: `record` iterates a copy
+            early, self._early = self._early, []
+        for call in early:
+            observer(*call)
 
     @contextlib.contextmanager
     def waiting_for(self, resource: str) -> Iterator[None]:

@@ -213,7 +213,9 @@ def test_vgpu_handshake_recovers_and_answers_a_request_after(
     daemon = vgpu.launch(
         with_hook, apiserver, kubelet, workdir, "--fake-gpus", "1x4914", "--vgpu-handshake-interval", "0.3"
     )
-    eventually(lambda: vgpu.notes(apiserver, "nodes", NODE)[vgpu.HANDSHAKE].startswith("Reported "), daemon)
+    eventually(
+        lambda: vgpu.notes(apiserver, "nodes", NODE).get(vgpu.HANDSHAKE, "").startswith("Reported "), daemon
+    )
     assert restarts(daemon) == dict.fromkeys(SHARE_WORKERS | {"vgpu-handshake"}, 0)
     faults.write_text("vgpu-handshake\n")
 
@@ -224,4 +226,6 @@ def test_vgpu_handshake_recovers_and_answers_a_request_after(
     request()
     crash_loop(daemon, "vgpu-handshake", "InjectedFault", lambda: faults.write_text(""))
     request()
-    eventually(lambda: vgpu.notes(apiserver, "nodes", NODE)[vgpu.HANDSHAKE].startswith("Reported "), daemon)
+    eventually(
+        lambda: vgpu.notes(apiserver, "nodes", NODE).get(vgpu.HANDSHAKE, "").startswith("Reported "), daemon
+    )
