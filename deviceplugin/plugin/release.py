@@ -84,8 +84,9 @@ class Releaser:
         # release, or for a pod recreated under the same name, waits a grace period of its own.
         self._absent_since: dict[tuple[str, str, str, float], float] = {}
         self._warned = False
-        # Kubelet's `List` answered since start; False: asked and never answered (no socket
-        # mounted), so there is no check to leave a release to; None: not asked yet.
+        # Kubelet's `List` answered since start (over its rate limit counts: kubelet is there and
+        # a later call gets through); False: asked and never answered (no socket mounted), so
+        # there is no check to leave a release to; None: not asked yet.
         self._answered: bool | None = None
         self._reconcilers: list[Reconciler] = []
         self._rebuild = rebuild  # pending until a `List` answers with the pod cache synced
@@ -136,7 +137,7 @@ class Releaser:
                     "pod-resources unavailable", socket=str(self.pod_resources), error=err.code().name
                 )
                 self._warned = True
-            self._answered = self._answered or False
+            self._answered = self._answered or err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             return
         self._warned = False
         self._answered = True

@@ -74,6 +74,26 @@ def test_while_list_is_briefly_away_a_deletion_waits_for_it(
     assert line.__dict__["fields"] == {"pod_uid": row.pod_uid, "reason": "pod deleted"}
 
 
+def test_while_list_is_over_kubelets_rate_limit_a_deletion_waits_for_it(share: Rig, tmp_path: Path) -> None:
+    """A first `List` refused as over kubelet's rate limit (it may be, while kubelet admits pods)
+    still shows kubelet there: the row waits for the check rather than going as if no kubelet
+    ever answered (a pod served as another that was then deleted lost its row so)."""
+    limited = KubeletEmulator(
+        tmp_path / "dp",
+        pod_resources_socket=tmp_path / "pr.sock",
+        pod_resources_qps=0.0,
+        pod_resources_burst=0,
+    )
+    with limited as kubelet:
+        name = unconfirmed_row(share)
+        assert kubelet.pod_resources_socket is not None
+        loop = releaser(share, kubelet.pod_resources_socket)
+        loop.check_with_kubelet()
+        assert kubelet.pod_resources_calls.rejected == 1  # refused, not unanswered
+        delete(share, name)
+        assert [row.pod_name for row in share.ledger.active()] == [name]
+
+
 def test_without_list_unconfirmed_rows_do_not_pile_up(share: Rig, tmp_path: Path) -> None:
     """Without `List` nothing confirms a row, so every later row stays unconfirmed too: those of
     pods that are gone must not be kept for the daemon's lifetime."""
