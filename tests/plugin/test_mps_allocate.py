@@ -141,12 +141,17 @@ def test_a_daemon_that_dies_makes_its_gpu_unhealthy_until_it_is_restarted(
     mps: tuple[Rig, MpsDaemons, Clock],
 ) -> None:
     rig, daemons, clock = mps
+    flips: list[tuple[str, bool, str]] = []
+    rig.health.add_listener(lambda uuid, healthy, reason: flips.append((uuid, healthy, reason)))
     assert daemons.starts["GPU-111"] == 1
     refusal = daemons.control.root.pipe_dir("GPU-111").parent / "fake-start-fails"
     refusal.write_text("the driver refuses MPS")
     kill(daemons, "GPU-111")
     daemons.check()
     assert rig.health.snapshot()[1] == {"GPU-000": True, "GPU-111": False, "GPU-222": True}
+    ((uuid, healthy, reason),) = flips  # what the GpuUnhealthy Event says
+    assert (uuid, healthy) == ("GPU-111", False)
+    assert reason.startswith("its MPS control daemon does not answer: ") and FAKE in reason
     # meanwhile an Allocate naming the GPU is refused: an Event, bind-phase failed, no ledger row
     vpod(rig, "waits", [("cuda", [("GPU-111", 1000, 0)])], annotations=MPS_POD)
     refused(
@@ -162,6 +167,7 @@ def test_a_daemon_that_dies_makes_its_gpu_unhealthy_until_it_is_restarted(
     clock.now += 60
     daemons.check()
     assert rig.health.snapshot()[1]["GPU-111"] is True
+    assert flips[1:] == [("GPU-111", True, "its MPS control daemon answers")]
     assert daemons.starts["GPU-111"] == 2
     vpod(rig, "later", [("cuda", [("GPU-111", 1000, 0)])], annotations=MPS_POD)
     assert envs(rig.allocator.allocate(["GPU-111-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-111"
@@ -213,6 +219,20 @@ def test_a_plugin_that_starts_sets_the_limits_of_its_live_containers(
     mps_allocator(rig, MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock))
     assert limits(daemons, "GPU-111") == ("6000M", "100")  # the larger of the two containers' each
     assert limits(daemons, "GPU-000") == ("0", "100.0")
+
+
+def test_a_plugin_starts_beside_a_daemon_that_does_not_answer(mps: tuple[Rig, MpsDaemons, Clock]) -> None:
+    """Setting the live limits at start is best effort: a dead daemon is the health check's to
+    report (and the next Allocate's to refuse), not a reason for the plugin not to start."""
+    rig, daemons, clock = mps
+    vpod(rig, "infer", [("cuda", [("GPU-111", 3000, 30)])], annotations=MPS_POD)
+    rig.allocator.allocate(["GPU-111-0"])
+    kill(daemons, "GPU-111")
+    again = mps_allocator(
+        rig, MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock)
+    )
+    vpod(rig, "next", [("cuda", [("GPU-000", 1000, 0)])], annotations=MPS_POD, vgpu_time=2)
+    assert envs(again.allocate(["GPU-000-0"]))["NVIDIA_VISIBLE_DEVICES"] == "GPU-000"  # it serves
 
 
 def test_a_sidecars_daemons_are_only_checked(tmp_path: Path, apiserver: ApiServerEmulator) -> None:
