@@ -163,12 +163,17 @@ class Node:
         return cpu_of(lambda: self.allocator.allocate(device_ids(n)))
 
     def drain(self, profile: cProfile.Profile | None) -> float:
-        """The outbox's passes, as its worker runs them, until it is empty: their CPU seconds."""
+        """The outbox's passes, as its worker runs them, until it is empty: their CPU seconds.
+        Between passes the worker asks when the next entry is due (`due_in`, None: none waits),
+        one query, as here."""
 
         def passes() -> None:
             started_by = "wait"
-            while self.ledger.outbox_size():
-                started_by = "backlog" if self.outbox.run_once(started_by) else "wait"
+            while True:
+                backlog = self.outbox.run_once(started_by)
+                if not backlog and self.ledger.due_in() is None:
+                    return
+                started_by = "backlog" if backlog else "wait"
 
         if profile is None:
             return cpu_of(passes)
