@@ -133,7 +133,7 @@ class MpsDaemons:
         # The limits last set on each GPU's daemon (`ceiling`): a daemon that comes back has
         # forgotten them, and takes them again before its GPU is healthy.
         self._limits: dict[str, tuple[int, int]] = {}
-        self._limits_lock = threading.Lock()  # `ceiling` (Allocates) and `_restore` (the checks)
+        self._limits_lock = threading.Lock()  # `ceiling` (Allocates) and `_answers` (the checks)
         self._worker = Worker("mps-control", self._run, supervisor=supervisor)
 
     def start(self) -> None:
