@@ -186,9 +186,12 @@ class SimCluster:
         return SimNode(spec, directory, kubelet, status, daemon, log, pod_ips, mps)
 
     def _wait_ready(self, node: SimNode) -> None:
-        """Until kubelet streams every resource, the daemon is ready and the node's allocatable
-        (which the node status reporter writes) shows what kubelet holds."""
+        """Until kubelet streams every resource, the daemon is ready, the node's allocatable
+        (which the node status reporter writes) shows what kubelet holds, and the strategy's
+        extender sees the GPUs the daemon publishes (a daemon registers with kubelet before it
+        writes to the API server: scheduling earlier would find the node without GPUs)."""
         resources = [resource.name for resource in RESOURCES[node.spec.strategy]]
+        extender = self.extenders[node.spec.strategy]
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if node.daemon.poll() is not None:
@@ -197,7 +200,9 @@ class SimCluster:
             if all(s is not None and s.messages > 0 for s in states) and self._ready(node):
                 counts = {s.name: str(s.allocatable) for s in states if s is not None}
                 shown = (self.apiserver.get("nodes", node.spec.name) or {}).get("status") or {}
-                if counts.items() <= (shown.get("allocatable") or {}).items():
+                view = extender.inventory.view(node.spec.name)
+                published = view is not None and view.known and bool(view.gpus)
+                if counts.items() <= (shown.get("allocatable") or {}).items() and published:
                     return
             time.sleep(0.05)
         raise SimulationError(f"node {node.spec.name}: not ready within {STARTUP_S:g} s\n{node.output()}")
