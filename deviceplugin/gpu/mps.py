@@ -14,7 +14,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,6 +212,20 @@ class MpsDaemons:
         with self._limits_lock:
             self._send(uuid, memory_mib, percent)
             self._limits[uuid] = (memory_mib, percent)
+
+    def restore(self, limits: Mapping[str, tuple[int, int]]) -> None:
+        """`ceiling` for each GPU whose limits this process has not set yet (a plugin's start: a
+        daemon may have died while no plugin ran; the node's allocators all call this, and a
+        reload too). A daemon that does not take them is left to the next Allocate on its GPU,
+        refused `mps-down` then if it still does not."""
+        for uuid, (memory_mib, percent) in limits.items():
+            with self._limits_lock:
+                if uuid in self._limits:
+                    continue
+            try:
+                self.ceiling(uuid, memory_mib, percent)
+            except MpsError as err:
+                log.warning("mps limits not restored", gpu=uuid, error=str(err))
 
     def _send(self, uuid: str, memory_mib: int, percent: int) -> None:
         self.control.ask(uuid, f"set_default_device_pinned_mem_limit 0 {memory_mib}M")

@@ -13,11 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from deviceplugin.api import deviceplugin_pb2 as pb
-from deviceplugin.gpu.mps import MpsDaemons, MpsError
+from deviceplugin.gpu.mps import MpsDaemons
 from deviceplugin.ledger import Allocation
-from deviceplugin.logs import get_log
-
-log = get_log(__name__)
 
 # MPS's default pipe directory: a process that drops CUDA_MPS_PIPE_DIRECTORY still finds its daemon.
 CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
@@ -31,17 +28,10 @@ def thread_percentage(cores: int) -> int:
 
 
 def restore(daemons: MpsDaemons, live: Sequence[Allocation]) -> None:
-    """Set each GPU's `ceiling` from the ledger's live containers, as a plugin starts: a daemon
-    that died while it was down came back without them. A daemon that does not take them is
-    left to the next Allocate on its GPU (refused `mps-down` then if it still does not)."""
-    for uuid in daemons.uuids:
-        if not any(share.uuid == uuid for row in live for share in row.gpus):
-            continue
-        memory, percent = ceiling(uuid, 0, 1, live)
-        try:
-            daemons.ceiling(uuid, memory, percent)
-        except MpsError as err:
-            log.warning("mps limits not restored", gpu=uuid, error=str(err))
+    """Set each GPU's `ceiling` from the ledger's live containers, as a plugin starts
+    (`MpsDaemons.restore`: once per GPU in this process)."""
+    held = {share.uuid for row in live for share in row.gpus}
+    daemons.restore({uuid: ceiling(uuid, 0, 1, live) for uuid in daemons.uuids if uuid in held})
 
 
 def ceiling(uuid: str, memory_mib: int, percent: int, live: Iterable[Allocation]) -> tuple[int, int]:

@@ -216,9 +216,13 @@ def test_a_plugin_that_starts_sets_the_limits_of_its_live_containers(
     kill(daemons, "GPU-111")
     daemons.control.start("GPU-111")  # a sidecar, or the next plugin's first check
     assert limits(daemons, "GPU-111") == ("0", "100.0")
-    mps_allocator(rig, MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock))
+    again = MpsDaemons(daemons.control, daemons.uuids, rig.health, managed=True, clock=clock)
+    mps_allocator(rig, again)
     assert limits(daemons, "GPU-111") == ("6000M", "100")  # the larger of the two containers' each
     assert limits(daemons, "GPU-000") == ("0", "100.0")
+    sent = len(commands(daemons, "GPU-111"))
+    mps_allocator(rig, again)  # the node's other vGPU allocator (vgpu-memory) on the same daemons
+    assert len(commands(daemons, "GPU-111")) == sent  # set once
 
 
 def test_a_plugin_starts_beside_a_daemon_that_does_not_answer(mps: tuple[Rig, MpsDaemons, Clock]) -> None:
