@@ -74,12 +74,7 @@ class Listing:
 
     def holds_any(self, resources: Collection[str]) -> bool:
         """Some container holds devices of one of `resources`."""
-        return any(
-            entry.resource_name in resources and entry.device_ids
-            for pod in self._response.pod_resources
-            for container in pod.containers
-            for entry in container.devices
-        )
+        return any(resource in resources for resource, _ in self._holders)
 
     def holder(self, resource: str, device_id: str) -> ContainerRef | None:
         """The container kubelet gave this device of `resource` to, if any."""
