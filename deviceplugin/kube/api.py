@@ -169,9 +169,9 @@ class Kube:
 
         return urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
 
-    def _connected(self, call: str, expected: frozenset[int]) -> kubernetes.client.ApiClient:
+    def _connected(self, call: str) -> kubernetes.client.ApiClient:
         if self.client is None:
-            raise self._counted(call, ApiError(0, "NotConnected", "no API client loaded yet"), expected)
+            raise self._counted(call, ApiError(0, "NotConnected", "no API client loaded yet"))
         return self.client
 
     def _headers(
@@ -202,12 +202,13 @@ class Kube:
         *,
         content_type: str = JSON,
         expected: frozenset[int] = frozenset(),
-    ) -> bytes:
+    ) -> tuple[int, bytes]:
         """`method` on `path` (under the API root) with the `query` parameters that are not None,
-        as CoreV1Api's `call` would send it, less its per-call validation; the answer's body. A
-        failure raises `ApiError`, counted in `errors` as `call` unless its status is one of
-        `expected` (an answer the caller takes as an outcome, not a failure)."""
-        client = self._connected(call, expected)
+        as CoreV1Api's `call` would send it, less its per-call validation; the answer's status and
+        body. An answer whose status is one of `expected` (an outcome the caller takes, not a
+        failure) is returned as any success is; any other failure raises `ApiError`, counted in
+        `errors` as `call`."""
+        client = self._connected(call)
         headers = self._headers(client, method, path, body, content_type)
         route = self._route_of(client)
         target = route.prefix + path + _query_string(query)
@@ -226,17 +227,17 @@ class Kube:
         except Exception as err:
             if not _unanswered(err):
                 raise
-            raise self._counted(call, _from_exception(err), expected) from None
-        if not 200 <= status <= 299:
+            raise self._counted(call, _from_exception(err)) from None
+        if not 200 <= status <= 299 and status not in expected:
             answer = data.decode("utf-8", "replace")
-            raise self._counted(call, _from_answer(status, reason, answer), expected)
-        return data
+            raise self._counted(call, _from_answer(status, reason, answer))
+        return status, data
 
     def _stream(
         self, call: str, path: str, query: Sequence[tuple[str, str | None]], timeout: urllib3.Timeout
     ) -> urllib3.BaseHTTPResponse:
         """A GET whose answer is read as it comes (a watch), through urllib3's response."""
-        client = self._connected(call, frozenset())
+        client = self._connected(call)
         headers = self._headers(client, "GET", path, None, JSON)
         route = self._route_of(client)
         try:
@@ -249,13 +250,11 @@ class Kube:
             )
             if not 200 <= response.status <= 299:
                 answer = response.data.decode("utf-8", "replace")
-                raise self._counted(
-                    call, _from_answer(response.status, response.reason or "", answer), frozenset()
-                )
+                raise self._counted(call, _from_answer(response.status, response.reason or "", answer))
         except Exception as err:
             if not _unanswered(err):
                 raise
-            raise self._counted(call, _from_exception(err), frozenset()) from None
+            raise self._counted(call, _from_exception(err)) from None
         return response
 
     def _json(
@@ -263,18 +262,18 @@ class Kube:
     ) -> Obj:
         """The JSON answer to a GET of `path`, or to a POST of `body` there."""
         method = "GET" if body is None else "POST"
-        result: Obj = json.loads(self._send(call, method, path, query, body))
+        result: Obj = json.loads(self._send(call, method, path, query, body)[1])
         return result
 
-    def _counted(self, call: str, error: ApiError, expected: frozenset[int]) -> ApiError:
-        if error.status not in expected:
-            self.errors[(call, error.status)] += 1
+    def _counted(self, call: str, error: ApiError) -> ApiError:
+        self.errors[(call, error.status)] += 1
         return error
 
     def _patch(
         self, call: str, path: str, body: Any, content_type: str, expected: frozenset[int] = frozenset()
-    ) -> None:
-        self._send(call, "PATCH", path, body=body, content_type=content_type, expected=expected)
+    ) -> int:
+        """The answer's status: a success's, or one of `expected`."""
+        return self._send(call, "PATCH", path, body=body, content_type=content_type, expected=expected)[0]
 
     def list_pods(self, field_selector: str) -> tuple[list[Obj], str]:
         """Pods matching the selector, and the list's resourceVersion to watch from."""
@@ -341,15 +340,8 @@ class Kube:
         costs no write: the server refuses it with 422 and writes nothing, the outcome wanted, so
         that answer is not an error (nor counted as one)."""
         pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-        try:
-            self._patch(
-                "patch_node", _node_path(name), [{"op": "remove", "path": pointer}], JSON_PATCH, ABSENT
-            )
-        except ApiError as err:
-            if err.status not in ABSENT:
-                raise
-            return False
-        return True
+        removal = [{"op": "remove", "path": pointer}]
+        return self._patch("patch_node", _node_path(name), removal, JSON_PATCH, ABSENT) not in ABSENT
 
     def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self._patch("patch_node_status", _node_path(name) + "/status", dict(patch), MERGE_PATCH)

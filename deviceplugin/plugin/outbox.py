@@ -134,9 +134,12 @@ class OutboxWorker:
     def run_once(self, started_by: str = "wait") -> bool:
         """One pass over the due entries; returns whether over a batch was due (go on at once)."""
         held = self._held_through()
-        more = self.ledger.more_due_than(BATCH, held)
+        entries = self.ledger.due(BATCH, held)
+        # Under BATCH back: every due entry came (each takes its target's other entries along), so
+        # only a full batch asks the ledger whether more wait.
+        more = len(entries) >= BATCH and self.ledger.more_due_than(BATCH, held)
         groups: dict[tuple[str, str, str, str], list[OutboxEntry]] = {}
-        for entry in self.ledger.due(BATCH, held):
+        for entry in entries:
             patch = entry.patch
             groups.setdefault((patch.target, patch.namespace, patch.name, patch.uid), []).append(entry)
         if groups:
