@@ -236,6 +236,11 @@ class HeldElsewhere:
             return any(name != self._resource for name in self._by_resource)
 
 
+_INSERT_ALLOCATION = (
+    "INSERT INTO allocations (pod_uid, container, resource, namespace, pod_name,"
+    " device_key, device_ids, response, state, allocated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'allocated', ?)"
+)
 # An outbox entry due now, unless it is a pod's held back (parameters: now, the last id held back).
 _DUE = "next_attempt_at <= ? AND (target = 'node' OR id > ?)"
 
@@ -535,21 +540,19 @@ class Ledger:
     def _insert(self, db: sqlite3.Connection, allocation: Allocation) -> None:
         """Write a live row (replacing a released one with its key)."""
         key = (allocation.pod_uid, allocation.container, allocation.resource)
-        db.execute("DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", key)
-        db.execute(
-            "INSERT INTO allocations (pod_uid, container, resource, namespace, pod_name,"
-            " device_key, device_ids, response, state, allocated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'allocated', ?)",
-            (
-                *key,
-                allocation.namespace,
-                allocation.pod_name,
-                device_key(allocation.device_ids),
-                json.dumps(list(allocation.device_ids)),
-                allocation.response,
-                allocation.allocated_at,
-            ),
+        row = (
+            *key,
+            allocation.namespace,
+            allocation.pod_name,
+            device_key(allocation.device_ids),
+            json.dumps(list(allocation.device_ids)),
+            allocation.response,
+            allocation.allocated_at,
         )
+        # A key is seldom taken: one statement then, not a DELETE that finds nothing before it.
+        if db.execute(_INSERT_ALLOCATION + " ON CONFLICT DO NOTHING", row).rowcount == 0:
+            db.execute("DELETE FROM allocations WHERE pod_uid = ? AND container = ? AND resource = ?", key)
+            db.execute(_INSERT_ALLOCATION, row)
         db.executemany(
             "INSERT INTO allocation_gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(*key, n, g.uuid, g.index, g.memory, g.cores) for n, g in enumerate(allocation.gpus)],
