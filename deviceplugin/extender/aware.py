@@ -2,28 +2,19 @@
 capacity, blended into the binpack/spread score.
 
 The blend needs the cards the full fit chooses, so no quick fit serves it. Until a node changes
-(its generation), its usable capacity is kept, and the host score of each quick pod's shape, so a
-queue of pods of a few shapes pays the full fit once per node and shape.
+(its generation), its usable capacity is kept on its view (`NodeView.aware`, gone with the view),
+and the host score of each quick pod's shape, so a queue of pods of a few shapes pays the full fit
+once per node and shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from deviceplugin.extender.inventory import QUICK_SHAPES, NodeView
+from deviceplugin.extender.inventory import QUICK_SHAPES, AwareKept, NodeView
 from deviceplugin.fit import FitResult
 from deviceplugin.fit.family import PodRequest
 from deviceplugin.fit.fragment import Sharing, Weights, blend, fragment, usable
-
-
-@dataclass(eq=False, slots=True)
-class _Kept:
-    """What the score found on one node for one generation of it."""
-
-    generation: int
-    before: float  # the node's usable capacity (fit.fragment.usable)
-    scores: dict[int, int] = field(default_factory=dict)  # host score by quick pod shape
 
 
 class AwareScores:
@@ -32,7 +23,6 @@ class AwareScores:
     def __init__(self, weights: Weights, sharing: Sharing) -> None:
         self.weights = weights
         self.sharing = sharing
-        self._kept: dict[str, _Kept] = {}  # by node name; an entry is replaced under its node's lock
 
     def score(
         self,
@@ -47,16 +37,14 @@ class AwareScores:
         """The node's host score for a pod: `fit()` (called under `view.lock`) chooses its cards,
         `base` gives the fit's binpack/spread score per device, `scaled` the host score of a blend.
         A quick pod's shape is read without the lock, as `QuickFits`."""
-        kept = self._kept.get(view.name)
+        kept = view.aware  # replaced under the node's lock
         if request.quick and kept is not None and kept.generation == view.generation:
             score = kept.scores.get(shape)
             if score is not None:
                 return score
         with view.lock:
             if kept is None or kept.generation != view.generation:
-                kept = self._kept[view.name] = _Kept(
-                    view.generation, usable(view.gpus, view.topology, self.sharing)
-                )
+                kept = view.aware = AwareKept(view.generation, usable(view.gpus, view.topology, self.sharing))
             result = fit()
             score = 0
             if result.ok:

@@ -25,8 +25,10 @@ reported once to its cache's `Rejections` (a log line and a count on `/metrics`)
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,11 +167,25 @@ class NodeView:
     # Booked by a bind, not yet seen bound by the watch (a dict as a set; None until the node's
     # first bind: most nodes have none at any time, and an empty dict is 64 bytes)
     assumed: dict[str, None] | None = None
-    generation: int = 0  # bumped on every change: cached fit results of older generations are void
+    # Changes on every change, from the inventory's one counter: no two views, even of one node
+    # name deleted and seen again, share a generation, so a result kept for one never passes for
+    # another's.
+    generation: int = 0
     quick: QuickFits | None = None  # the extender's quick fits on this node (ExtenderService)
+    aware: AwareKept | None = None  # the gpu-aware score's findings here (extender.aware)
+    retired: bool = False  # dropped from the inventory (see `Inventory`): look the node up again
 
 
 QUICK_SHAPES = 8  # pod shapes whose host scores a node keeps (for its current generation)
+
+
+@dataclass(eq=False, slots=True)
+class AwareKept:
+    """What the gpu-aware score found on one node for one generation of it (extender.aware)."""
+
+    generation: int
+    before: float  # the node's usable capacity (fit.fragment.usable)
+    scores: dict[int, int] = field(default_factory=dict)  # host score by quick pod shape
 
 
 @dataclass(eq=False, slots=True)
@@ -190,7 +206,12 @@ class Inventory:
     cannot be read goes to `nodes` and `pods` (the caches' `rejections`). `ascend`: the Ascend
     chips' families served beside the strategy (`fit.families.ascend_families`). `mig_geometries`:
     the groups a `mig` card is sliced into (`knownMigGeometries`; without one for its model a
-    `mig` card takes no pod, or is HAMi-core under compat="volcano")."""
+    `mig` card takes no pod, or is HAMi-core under compat="volcano").
+
+    The view of a node that is gone (deleted, or never seen) is dropped once no pod is booked on
+    it: node names come and go (autoscaling), and the inventory is not to grow with every name a
+    cluster ever had. Whoever locks a view it looked up earlier checks `retired` (a view dropped
+    meanwhile holds nothing), or takes it through `_locked_view`."""
 
     def __init__(
         self,
@@ -212,6 +233,7 @@ class Inventory:
         self._views: dict[str, NodeView] = {}
         self._pod_nodes: dict[str, str] = {}  # UID -> node it is booked on
         self._lock = threading.Lock()  # guards the two dicts above (not the views' contents)
+        self._generations = itertools.count(1)  # every view's generations (`NodeView.generation`)
 
     # --- readers ------------------------------------------------------------------------------
 
@@ -236,8 +258,32 @@ class Inventory:
         with self._lock:
             view = self._views.get(name)
             if view is None:
-                view = self._views[name] = NodeView(name)
+                view = self._views[name] = NodeView(name, generation=next(self._generations))
             return view
+
+    @contextmanager
+    def _locked_view(self, name: str) -> Iterator[NodeView]:
+        """The node's view, made if missing, under its lock; one dropped before the lock was
+        taken is looked up (made) again."""
+        while True:
+            view = self._view_for(name)
+            with view.lock:
+                if not view.retired:
+                    yield view
+                    return
+
+    def _changed(self, view: NodeView) -> None:
+        view.generation = next(self._generations)
+
+    def _retire_if_idle(self, view: NodeView) -> None:
+        """Drop the view of a node that is gone once nothing is booked on it (caller holds
+        `view.lock`)."""
+        if view.known or view.pods:  # an assumed pod is booked too
+            return
+        with self._lock:
+            if self._views.get(view.name) is view:
+                del self._views[view.name]
+        view.retired = True
 
     # --- node events --------------------------------------------------------------------------
 
@@ -245,13 +291,13 @@ class Inventory:
         name = node_name(node)
         if not name:
             return
-        view = self._view_for(name)
-        with view.lock:
+        with self._locked_view(name) as view:
             if kind == "DELETED":
                 view.known, view.signature, view.gpus, view.error = False, None, [], ""
                 view.topology = None
                 view.other_strategy, view.npus = "", _NO_NPUS
-                view.generation += 1
+                self._changed(view)
+                self._retire_if_idle(view)
                 return
             view.known = True
             signature = _signature(node) + _npu_signature(node, self.ascend)
@@ -276,7 +322,7 @@ class Inventory:
         view.npus = self._npu_cards(view.name, node) if self.ascend else _NO_NPUS
         for pod in view.pods.values():
             self._add(view, pod)
-        view.generation += 1
+        self._changed(view)
 
     def _topology(self, node: Obj) -> Topology | None:
         """The node's published topology; a malformed one is reported (`rejected_nodes`) and the
@@ -321,17 +367,16 @@ class Inventory:
         with self._lock:
             previous = self._pod_nodes.get(uid)
         if previous is not None and (previous != target or not holds):
-            old = self._view_for(previous)
-            with old.lock:
+            with self._locked_view(previous) as old:
                 if old.assumed and uid in old.assumed and kind != "DELETED" and not target:
                     return  # an event from before our bind: the assumption stands
                 self._unbook(old, uid)
+                self._retire_if_idle(old)
             with self._lock:
                 if self._pod_nodes.get(uid) == previous:
                     del self._pod_nodes[uid]
         if holds:
-            view = self._view_for(target)
-            with view.lock:
+            with self._locked_view(target) as view:
                 if view.assumed:
                     view.assumed.pop(uid, None)
                 self._book(view, uid, pod)
@@ -357,6 +402,7 @@ class Inventory:
             return
         del view.assumed[uid]
         self._unbook(view, uid)
+        self._retire_if_idle(view)
         with self._lock:
             if self._pod_nodes.get(uid) == view.name:
                 del self._pod_nodes[uid]
@@ -366,7 +412,7 @@ class Inventory:
     def _book(self, view: NodeView, uid: str, pod: Obj) -> None:
         view.pods[uid] = pod
         self._add(view, pod)
-        view.generation += 1
+        self._changed(view)
 
     def _unbook(self, view: NodeView, uid: str) -> None:
         if view.pods.pop(uid, None) is not None:
@@ -374,7 +420,7 @@ class Inventory:
             for family, entry in zip(self.ascend, view.npus, strict=False):
                 if entry is not None:
                     family.unbook(entry.cards, uid, self.compat, view.config)
-            view.generation += 1
+            self._changed(view)
 
     def _add(self, view: NodeView, pod: Obj) -> None:
         self._add_to(self.family, view.gpus, view, pod)

@@ -553,10 +553,11 @@ class ExtenderService:
         if not request.wants:
             return "", {}
         view = self.inventory.view(node)
-        why = self._unusable(node, view)
-        if why or view is None:
-            return why, {}
-        with view.lock:
+        if view is None:
+            return self._unusable(node, view), {}
+        with view.lock:  # read under it: a node deleted meanwhile is unknown (its view retired)
+            if why := self._unusable(node, view):
+                return why, {}
             try:
                 result = self._fit(view, pod, request)
             except FitInputError as err:
