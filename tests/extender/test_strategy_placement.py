@@ -243,3 +243,21 @@ def test_a_node_labelled_with_no_strategy_is_refused_naming_the_label(
         "(share, number, vgpu, whole)"
     )
     assert refused(ext.client.filter(pod, ["odd"])) == {"odd": why}
+
+
+def test_a_bind_to_a_node_running_another_strategy_is_refused_as_the_filter_refuses_it(
+    apiserver: ApiServerEmulator, start_extender: StartExtender
+) -> None:
+    """A node labelled for another strategy that still publishes this one's resource: its GPUs
+    read as usable, so only the node's strategy stops the bind (kube-scheduler binds through the
+    extender whatever chose the node) from booking a pod no plugin there serves."""
+    node = share_node("relabelled")
+    node["metadata"]["labels"] = {keys.GPU_STRATEGY_LABEL: "number"}
+    apiserver.create("nodes", node)
+    ext = start_extender(strategy="share")
+    pod = create_pod(apiserver, gpu_pod("p", POD_OF["share"]))
+    why = refused(ext.client.filter(pod, ["relabelled"]))["relabelled"]
+    assert why.startswith("node relabelled runs the number GPU strategy (label volcano.sh/gpu-strategy)")
+    assert ext.client.bind(pod, "relabelled") == f"cannot bind pod default/p to node relabelled: {why}"
+    after = apiserver.get("pods", "p", "default")
+    assert after is not None and not after["spec"].get("nodeName")
