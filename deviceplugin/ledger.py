@@ -532,19 +532,20 @@ class Ledger:
                 existing = self._get(db, *key) if key in self._live else None
                 if existing is not None:
                     return existing
-                self._insert(db, stored)
+                self._insert(db, stored, devices)
                 self._enqueue(db, patches, now)
             self._remember(key, devices)
         return stored
 
-    def _insert(self, db: sqlite3.Connection, allocation: Allocation) -> None:
-        """Write a live row (replacing a released one with its key)."""
+    def _insert(self, db: sqlite3.Connection, allocation: Allocation, devices: str) -> None:
+        """Write a live row (replacing a released one with its key); `devices`: its `device_key`,
+        which the caller has already."""
         key = (allocation.pod_uid, allocation.container, allocation.resource)
         row = (
             *key,
             allocation.namespace,
             allocation.pod_name,
-            device_key(allocation.device_ids),
+            devices,
             json.dumps(list(allocation.device_ids)),
             allocation.response,
             allocation.allocated_at,
@@ -589,6 +590,7 @@ class Ledger:
                             pod_name=move.pod_name,
                             container=move.container,
                         ),
+                        self._live[move.key],  # the row's device key, as it moves
                     )
                 self._enqueue(db, patches, self._clock())
             devices = {key: self._forget(key) for key in leaving}

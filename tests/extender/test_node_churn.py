@@ -4,12 +4,8 @@ a cluster ever had; a node seen again under an old name is fitted on what it pub
 
 from __future__ import annotations
 
-from typing import Any
-
 from deviceplugin.extender.inventory import Inventory
-from tests.extender.conftest import memory_pod, share_node, vgpu_node
-
-Obj = dict[str, Any]
+from tests.extender.conftest import Obj, memory_pod, share_node, vgpu_node
 
 
 def bound(name: str, node: str, memory: int = 4000, gpu: int = 0) -> Obj:
